@@ -1,0 +1,131 @@
+"""The NumPy backend: the reference every other backend is tested against.
+
+`compile_graph(graph)` turns a graph into readable Python/NumPy source (one line per node, from the
+op library's NumPy templates) and compiles it; the source is kept on the result so a learner can
+read the code their backward runs. `run(graph, args)` interprets a graph directly, with no code
+generation, for one-off evaluation.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+from typing import Any
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.errors import GradirError
+from gradir.ir import Graph, Value
+from gradir.primitive import get_primitive, numpy_namespace
+
+_DTYPE_NAMES = {d: f"np.{d.name}" for d in dtypes.SHORT_NAMES if d != dtypes.bfloat16}
+_DTYPE_NAMES[dtypes.bfloat16] = "bfloat16"
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, mapping: dict[str, ast.AST]):
+        self.mapping = mapping
+
+    def visit_Name(self, node):
+        return self.mapping.get(node.id, node)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, np.dtype):
+        return _DTYPE_NAMES[value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return f"float('{value}')"
+    return repr(value)
+
+
+def _const_expr(v: Value, name: str, consts: dict[str, np.ndarray]) -> str:
+    a = v.attrs["value"]
+    if a.ndim == 0 and a.dtype in _DTYPE_NAMES and a.dtype.kind in "fib" and np.isfinite(a):
+        return f"{_DTYPE_NAMES[a.dtype]}({a.item()!r})"
+    consts[name] = a
+    return name
+
+
+def _input_names(graph: Graph) -> list[str]:
+    names, used = [], set()
+    for i, x in enumerate(graph.inputs):
+        n = str(x.attrs.get("name") or "")
+        if not n.isidentifier() or keyword.iskeyword(n) or n in used or n in ("np", "sc", "_k", "bfloat16") or n.startswith("v"):
+            n = f"in{i}"
+        used.add(n)
+        names.append(n)
+    return names
+
+
+def generate_source(graph: Graph, fn_name: str | None = None, check: bool = False):
+    """Python source for `graph` and the constants it refers to. With `check`, every line is
+    followed by an assertion that the value has the shape and dtype the IR says."""
+    fn_name = fn_name if (fn_name or "").isidentifier() else (graph.name if graph.name.isidentifier() else "f")
+    names: dict[Value, str] = dict(zip(graph.inputs, _input_names(graph)))
+    consts: dict[str, np.ndarray] = {}
+    body = []
+    for idx, n in enumerate(graph.nodes, start=len(graph.inputs)):
+        var = f"v{idx}"
+        if n.op == "const":
+            expr = _const_expr(n, f"C{idx}", consts)
+        else:
+            prim = get_primitive(n.op, source=n.source)
+            if prim.numpy is None:
+                raise GradirError("has no NumPy lowering; run lower_composites first", op=n.op, source=n.source)
+            tree = ast.parse(prim.numpy, mode="eval")
+            arg_names = [a.lstrip("*") for a in prim.args]
+            if prim.variadic:
+                mapping = {arg_names[0]: ast.parse("(" + ", ".join(names[i] for i in n.inputs) + ",)", mode="eval").body}
+            else:
+                mapping = {a: ast.Name(names[i], ast.Load()) for a, i in zip(arg_names, n.inputs)}
+            mapping.update({k: ast.parse(_literal(a), mode="eval").body for k, a in n.attrs.items()})
+            expr = ast.unparse(_Substitute(mapping).visit(tree))
+        comment = f"  # {n.source}" if n.source else ""
+        body.append(f"    {var} = {expr}{comment}")
+        if check:
+            body.append(f"    _check({var}, {n.shape!r}, {_DTYPE_NAMES[n.dtype]}, {n.op!r}, {n.source!r})")
+        names[n] = var
+    outs = ", ".join(names[o] for o in graph.outputs)
+    args = ", ".join(names[x] for x in graph.inputs)
+    src = f"def {fn_name}({args}):\n" + "\n".join(body + [f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})"]) + "\n"
+    return src, consts
+
+
+def _check(value, shape, dtype, op, source):
+    arr = np.asarray(value)
+    if arr.shape != shape or arr.dtype != dtype:
+        raise GradirError(f"NumPy backend produced {arr.dtype}{list(arr.shape)}, IR says {dtype}{list(shape)}",
+                          op=op, source=source)
+
+
+class CompiledGraph:
+    """A graph compiled to a Python function; call it with the graph's inputs (flat list)."""
+
+    def __init__(self, graph: Graph, check: bool = False):
+        self.graph = graph
+        self.source, consts = generate_source(graph, check=check)
+        namespace = numpy_namespace() | {"bfloat16": dtypes.bfloat16, "_check": _check} | consts
+        exec(compile(self.source, f"<gradir:{graph.name}>", "exec"), namespace)
+        self.fn = namespace[self.source.split("(", 1)[0][4:]]
+
+    def __call__(self, *args):
+        with np.errstate(all="ignore"):
+            return self.fn(*args)
+
+
+def compile_graph(graph: Graph, check: bool = False) -> CompiledGraph:
+    return CompiledGraph(graph, check=check)
+
+
+def run(graph: Graph, args: list) -> list:
+    """Interpret `graph` on NumPy arrays, node by node (no code generation)."""
+    env: dict[Value, Any] = dict(zip(graph.inputs, args))
+    with np.errstate(all="ignore"):
+        for n in graph.nodes:
+            if n.op == "const":
+                env[n] = n.attrs["value"]
+            else:
+                out = get_primitive(n.op).impl(*[env[i] for i in n.inputs], **n.attrs)
+                env[n] = out if getattr(out, "dtype", None) == n.dtype else np.asarray(out).astype(n.dtype)
+    return [env[o] for o in graph.outputs]

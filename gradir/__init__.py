@@ -1,0 +1,19 @@
+"""gradir: a graph compiler for automatic differentiation you can read, check and draw.
+
+    import gradir as gr
+    gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
+"""
+
+from gradir import dtypes, errors
+from gradir.api import compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
+from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
+from gradir.errors import GradirError
+from gradir.ir import Graph, Value
+from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-level namespace
+from gradir.ops import __all__ as _ops_all
+
+__version__ = "0.1.0"
+
+__all__ = ["Graph", "GradirError", "Value", "__version__", "bfloat16", "bool_", "compile", "complex128",
+           "dtypes", "errors", "float16", "float32", "float64", "grad", "int32", "int64", "jvp", "trace",
+           "trace_grad", "value_and_grad", "vjp", *_ops_all]

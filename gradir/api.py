@@ -1,0 +1,346 @@
+"""The public transformations: trace, grad, value_and_grad, vjp, jvp, compile, trace_grad.
+
+Every transformation works the same way: flatten the (pytree) arguments, trace the function into a
+Graph, transform the graph (autodiff, cleanup), then either evaluate it on the NumPy backend or,
+when called inside another trace, re-record it there (so grad(grad(f)) and grad inside compile
+compose into one graph).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.errors import GradirError, ShapeError, UnsupportedOpError
+from gradir.ir import Graph, Value
+from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
+from gradir.trace import abstract_dtype, constant, inline, is_traced, trace_flat, user_source
+
+# -- arguments ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Args:
+    """Flattened call arguments and how to rebuild them and return results."""
+
+    flat: list
+    names: list[str]
+    in_tree: Any
+    leaf_ranges: list[range]  # leaves belonging to each positional argument
+    torch_out: bool
+
+    @property
+    def traced(self) -> bool:
+        return is_traced(*self.flat)
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _prepare(fn, args) -> _Args:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    flat, names, ranges, torch_out = [], [], [], False
+    for pos, a in enumerate(args):
+        root = params[pos] if pos < len(params) else f"arg{pos}"
+        leaves, _ = tree_flatten_with_path(a, root)
+        start = len(flat)
+        for path, leaf in leaves:
+            if _is_torch(leaf):
+                torch_out = True
+                leaf = leaf.detach().cpu().numpy()
+            elif isinstance(leaf, (list, tuple)):
+                leaf = np.asarray(leaf)
+            abstract_dtype(leaf)  # raises a clear error for unsupported leaves
+            flat.append(leaf if isinstance(leaf, Value) else np.asarray(leaf) if not isinstance(leaf, np.ndarray) else leaf)
+            names.append(path)
+        ranges.append(range(start, len(flat)))
+    _, in_tree = tree_flatten(tuple(args))
+    return _Args(flat, names, in_tree, ranges, torch_out)
+
+
+def _finish(values, a: _Args):
+    """Return values to the user: NumPy scalars for 0-d results, torch tensors if torch came in."""
+    if a.traced:
+        return values
+    out = []
+    for v in values:
+        v = np.asarray(v)
+        if a.torch_out:
+            import torch
+
+            out.append(torch.from_numpy(np.array(v)))
+        else:
+            out.append(v[()] if v.ndim == 0 else v)
+    return out
+
+
+def _trace(fn, a: _Args, name: str | None = None) -> Graph:
+    graph = trace_flat(fn, a.flat, a.names, lambda ps: tree_unflatten(a.in_tree, ps),
+                       name or getattr(fn, "__name__", "f").replace("<lambda>", "f"))
+    graph.in_tree = a.in_tree
+    return graph
+
+
+def _execute(graph: Graph, flat_args: list) -> list:
+    """Evaluate `graph` now (NumPy interpreter) or re-record it inside the enclosing trace."""
+    if is_traced(*flat_args):
+        return inline(graph, flat_args)
+    from gradir.backends import run
+
+    return run(graph, flat_args)
+
+
+def _captures(graph: Graph) -> list:
+    return list(graph.__dict__.get("captures", {}))
+
+
+# -- trace ----------------------------------------------------------------------------------------
+
+
+def trace(fn: Callable, *args, name: str | None = None) -> Graph:
+    """Trace `fn` at `args` into a Graph (print it to see the SSA text form)."""
+    a = _prepare(fn, args)
+    graph = _trace(fn, a, name)
+    graph.verify()
+    return graph
+
+
+# -- reverse mode ---------------------------------------------------------------------------------
+
+
+def _argnums(argnums, nargs: int, op: str) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in nums:
+        if not -nargs <= n < nargs:
+            raise GradirError(f"argnums {n} is out of range for {nargs} positional arguments", op=op,
+                              source=user_source())
+    return tuple(n % nargs for n in nums)
+
+
+def _grad_graph(fn, a: _Args, argnums, op: str):
+    """The cleaned graph: primal inputs (+ captures) -> (loss, gradients of the argnums leaves)."""
+    from gradir.passes import joint_graph, run_pipeline
+
+    nums = _argnums(argnums, len(a.leaf_ranges), op)
+    forward = _trace(fn, a)
+    if len(forward.outputs) != 1 or forward.outputs[0].shape != ():
+        shapes = ", ".join(o.type_str for o in forward.outputs)
+        raise ShapeError(f"needs a function returning one scalar, got ({shapes}); use gr.vjp for other outputs",
+                         op=op, source=user_source())
+    wrt = [i for n in nums for i in a.leaf_ranges[n]]
+    joint = joint_graph(forward, wrt)
+    seeded = Graph(f"{forward.name}_grad")
+    seeded_inputs = [seeded.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in joint.inputs[:-1]]
+    from gradir.trace import building
+
+    with building(seeded):
+        one = constant(np.ones((), dtype=forward.outputs[0].dtype))
+        seeded.outputs = inline(joint, seeded_inputs + [one])
+    return run_pipeline(seeded), nums, forward
+
+
+def _split_grads(flat_grads, a: _Args, nums):
+    out, k = [], 0
+    for n in nums:
+        r = a.leaf_ranges[n]
+        _, sub_tree = tree_flatten(tree_unflatten(a.in_tree, list(range(len(a.flat))))[n])
+        out.append(tree_unflatten(sub_tree, flat_grads[k:k + len(r)]))
+        k += len(r)
+    return out
+
+
+def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
+    """`fn`'s value and its gradient with respect to the positional arguments `argnums`.
+
+    Gradients come back in the structure of the arguments (pytrees) and as the same kind of array.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args):
+        a = _prepare(fn, args)
+        graph, nums, _ = _grad_graph(fn, a, argnums, "grad")
+        values = _finish(_execute(graph, a.flat + _captures(graph)), a)
+        grads = _split_grads(values[1:], a, nums)
+        return values[0], (grads[0] if isinstance(argnums, int) else tuple(grads))
+    return wrapper
+
+
+def grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
+    """The gradient of scalar-valued `fn` with respect to positional arguments `argnums`
+    (an int gives one gradient, a tuple a tuple of them). Differentiable again: grad(grad(f))."""
+    vg = value_and_grad(fn, argnums)
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return vg(*args)[1]
+    return wrapper
+
+
+def vjp(fn: Callable, *args):
+    """(out, vjp_fn): vjp_fn(cotangent) returns one cotangent per positional argument (pytrees
+    mirrored; None for integer/bool leaves). The forward runs now; residuals are kept for vjp_fn."""
+    from gradir.passes import joint_graph, partition, run_pipeline
+
+    a = _prepare(fn, args)
+    forward = _trace(fn, a)
+    wrt = [i for i, x in enumerate(forward.inputs[:len(a.flat)]) if dtypes.is_float(x.dtype)]
+    joint = run_pipeline(joint_graph(forward, wrt))
+    joint.__dict__["num_forward_outputs"] = len(forward.outputs)
+    part = partition(joint)
+    fwd_vals = _execute(part.forward, a.flat + _captures(forward))
+    k = len(forward.outputs)
+    outs, residuals = fwd_vals[:k], fwd_vals[k:]
+    out_tree = forward.out_tree
+    user_outs = _finish(outs, a)
+
+    def vjp_fn(cotangent):
+        cts, ct_tree = tree_flatten(cotangent)
+        if ct_tree != out_tree:
+            raise ShapeError("cotangent structure differs from the output's", op="vjp", source=user_source())
+        cts = [np.asarray(c.detach().cpu().numpy() if _is_torch(c) else c, dtype=o.dtype) if not isinstance(c, Value)
+               else c for c, o in zip(cts, forward.outputs)]
+        for c, o in zip(cts, forward.outputs):
+            if tuple(c.shape) != o.shape:
+                raise ShapeError(f"cotangent shape {tuple(c.shape)} differs from output {o.type_str}", op="vjp",
+                                 source=user_source())
+        grads = _finish(_execute(part.backward, list(residuals) + cts), a)
+        flat_ct: list = [None] * len(a.flat)
+        for i, g in zip(wrt, grads):
+            flat_ct[i] = g
+        return tuple(_split_grads(flat_ct, a, range(len(args))))
+
+    vjp_fn.partition = part
+    return tree_unflatten(out_tree, user_outs), vjp_fn
+
+
+# -- forward mode ---------------------------------------------------------------------------------
+
+
+def jvp(fn: Callable, primals: tuple, tangents: tuple):
+    """(out, tangent_out): `fn` at `primals` and its directional derivative along `tangents`."""
+    from gradir.passes import jvp_graph, run_pipeline
+
+    a = _prepare(fn, tuple(primals))
+    t_flat, t_tree = tree_flatten(tuple(tangents))
+    if len(t_flat) != len(a.flat):
+        raise ShapeError("tangents must mirror the primals' structure", op="jvp", source=user_source())
+    t_flat = [t if isinstance(t, Value) else np.asarray(t.detach().cpu().numpy() if _is_torch(t) else t, dtype=p.dtype)
+              for t, p in zip(t_flat, a.flat)]
+    forward = _trace(fn, a)
+    caps = _captures(forward)
+    graph = run_pipeline(jvp_graph(forward))
+    from gradir.ops import zeros
+
+    # jvp_graph's inputs: all primal inputs (captures included), then one tangent per input
+    cap_tangents = [zeros(c.shape, c.dtype) for c in caps]
+    values = _finish(_execute(graph, a.flat + caps + t_flat + cap_tangents), a)
+    k = len(forward.outputs)
+    return tree_unflatten(forward.out_tree, values[:k]), tree_unflatten(forward.out_tree, values[k:])
+
+
+# -- compile --------------------------------------------------------------------------------------
+
+
+class Compiled:
+    """A function compiled by `gr.compile`: traced once per input signature, then run by a backend."""
+
+    def __init__(self, fn, backend: str, remat, memory_budget, check: bool):
+        from gradir.backends import BACKENDS
+
+        if backend not in BACKENDS:
+            raise UnsupportedOpError(f"backend {backend!r} is not available (have: {', '.join(BACKENDS)})",
+                                     op="compile")
+        if remat is not None or memory_budget is not None:
+            raise UnsupportedOpError("recompute planning (remat=, memory_budget=) is not implemented yet",
+                                     op="compile")
+        self.fn, self.backend, self.check = fn, backend, check
+        self._cache: dict = {}
+        functools.update_wrapper(self, fn)
+
+    def _signature(self, a: _Args):
+        return (a.in_tree, tuple((np.shape(x), abstract_dtype(x)) for x in a.flat))
+
+    def _entry(self, a: _Args):
+        key = self._signature(a)
+        if key not in self._cache:
+            from gradir.backends import compile_graph
+            from gradir.passes import run_pipeline
+
+            graph = run_pipeline(_trace(self.fn, a))
+            if _captures(graph):
+                raise GradirError("a compiled function may not close over values of an enclosing trace",
+                                  op="compile", source=user_source())
+            self._cache[key] = (graph, compile_graph(graph, check=self.check))
+        return self._cache[key]
+
+    def __call__(self, *args):
+        a = _prepare(self.fn, args)
+        if a.traced:  # compile inside a trace: just inline the function
+            graph = _trace(self.fn, a)
+            return tree_unflatten(graph.out_tree, inline(graph, a.flat + _captures(graph)))
+        graph, compiled = self._entry(a)
+        return tree_unflatten(graph.out_tree, _finish(compiled(*a.flat), a))
+
+    def graph(self, *args) -> Graph:
+        """The optimized graph this function runs for `args`' signature."""
+        return self._entry(_prepare(self.fn, args))[0]
+
+    def source(self, *args) -> str:
+        """The Python/NumPy source the backend generated for `args`' signature."""
+        return self._entry(_prepare(self.fn, args))[1].source
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+
+def compile(fn: Callable | None = None, *, backend: str = "numpy", remat: str | None = None,
+            memory_budget: int | None = None, check: bool = False):
+    """Compile `fn`: traced once per input signature (shapes, dtypes, pytree structure), cached,
+    and run by `backend`. Usable as ``@gr.compile`` or ``@gr.compile(backend="numpy")``."""
+    def wrap(f):
+        return Compiled(f, backend, remat, memory_budget, check)
+    return wrap if fn is None else wrap(fn)
+
+
+# -- inspection -----------------------------------------------------------------------------------
+
+
+@dataclass
+class GradTrace:
+    """The whole backward story of one function at one input signature."""
+
+    graph: Graph      # the traced forward function
+    joint: Graph      # forward + backward, after cleanup
+    forward: Graph    # partitioned forward: inputs -> outputs + residuals
+    backward: Graph   # partitioned backward: residuals + cotangents -> gradients
+    residuals: list   # the joint graph's saved values
+
+    def __str__(self) -> str:
+        return f"{self.forward}\n\n{self.backward}"
+
+
+def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: str | None = None,
+               memory_budget: int | None = None, policy: str | None = None) -> GradTrace:
+    """Trace, differentiate and partition `fn` at `args`, returning the graphs for inspection."""
+    from gradir.passes import joint_graph, partition, run_pipeline
+
+    if remat is not None or memory_budget is not None:
+        raise UnsupportedOpError("recompute planning (remat=, memory_budget=) is not implemented yet",
+                                 op="trace_grad")
+    a = _prepare(fn, args)
+    nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
+    graph = _trace(fn, a)
+    wrt = [i for n in nums for i in a.leaf_ranges[n]]
+    joint = run_pipeline(joint_graph(graph, wrt))
+    joint.__dict__["num_forward_outputs"] = len(graph.outputs)
+    part = partition(joint)
+    return GradTrace(graph, joint, part.forward, part.backward, part.residuals)

@@ -1,0 +1,55 @@
+"""gradir's exceptions. Every error names the op and the user's source line."""
+
+from __future__ import annotations
+
+
+class GradirError(Exception):
+    """Base class of every error gradir raises on bad input."""
+
+    def __init__(self, message: str, op: str | None = None, source: str | None = None):
+        self.op = op
+        self.source = source
+        self.detail = message
+        prefix = f"{op}: " if op else ""
+        suffix = f"  (at {source})" if source else ""
+        super().__init__(f"{prefix}{message}{suffix}")
+
+
+class ShapeError(GradirError, ValueError):
+    """Operand shapes do not fit the op (broadcasting, matmul, reshape, ...)."""
+
+
+class DTypeError(GradirError, TypeError):
+    """An operand's dtype is not allowed for the op."""
+
+
+class AxisError(GradirError, ValueError):
+    """An axis argument is out of range or repeated."""
+
+
+class UnsupportedOpError(GradirError, NotImplementedError):
+    """The op (or this use of it) is not in gradir's op library."""
+
+
+class TracedControlFlowError(GradirError):
+    """Python control flow (`if`, `while`, `bool()`, `int()`) on a traced value."""
+
+
+class NonDifferentiableError(GradirError):
+    """A gradient was asked of an input that has none (integer indices, bool masks)."""
+
+
+class IRParseError(GradirError, ValueError):
+    """The text form of a graph could not be parsed."""
+
+
+class VerifyError(GradirError):
+    """A graph broke an IR invariant (SSA, shapes, dtypes, ordering)."""
+
+
+class TraceError(GradirError):
+    """A traced value was used outside its trace, or a function returned something untraceable."""
+
+
+class ModelFileError(GradirError):
+    """A model file given to the CLI is missing or does not follow the convention."""

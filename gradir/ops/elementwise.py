@@ -1,0 +1,221 @@
+"""Elementwise primitives. Each is one line of rule table: NumPy reference and its partials.
+
+A partial is written as the contribution of one operand's tangent/cotangent `t` to the result,
+e.g. tanh's is ``t * (1 - y*y)``. Elementwise derivatives are diagonal, so that one expression is
+both the VJP (t = output cotangent) and the JVP term (t = operand tangent).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.errors import DTypeError, ShapeError
+from gradir.ops.lifting import astype, elementwise_operands, lift, lift_all
+from gradir.primitive import Primitive, register
+from gradir.trace import bind
+
+INEXACT = "inexact"  # float or complex
+FLOAT = "float"
+ANY = "any"
+NUMERIC = "numeric"  # anything but bool
+
+
+def _check_dtype(op: str, dtype, domain: str):
+    ok = {
+        INEXACT: dtypes.is_inexact(dtype),
+        FLOAT: dtypes.is_float(dtype),
+        NUMERIC: np.dtype(dtype) != dtypes.bool_,
+        ANY: True,
+    }[domain]
+    if not ok:
+        raise DTypeError(f"does not accept dtype {dtypes.short(dtype)} (needs {domain} operands)", op=op)
+
+
+def _same_type(op: str, *xs):
+    shapes = {tuple(x.shape) for x in xs}
+    if len(shapes) != 1:
+        raise ShapeError(f"operands must have one shape, got {sorted(shapes)}", op=op)
+    dts = {np.dtype(x.dtype) for x in xs}
+    if len(dts) != 1:
+        raise DTypeError(f"operands must have one dtype, got {sorted(map(dtypes.short, dts))}", op=op)
+
+
+def _vjp_from_partials(partials):
+    def vjp(g, out, *xs, **attrs):
+        return [None if p is None else p(g, out, *xs) for p in partials]
+    return vjp
+
+
+def _jvp_from_partials(partials):
+    def jvp(tangents, out, *xs, **attrs):
+        terms = [p(t, out, *xs) for p, t in zip(partials, tangents) if p is not None and t is not None]
+        if not terms:
+            return None
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+    return jvp
+
+
+def unary(name, numpy, partial, domain=INEXACT, out_dtype=None, flops=1, doc=""):
+    """Register an elementwise unary primitive and return its public function."""
+    def infer(x):
+        _check_dtype(name, x.dtype, domain)
+        return x.shape, (out_dtype(x.dtype) if out_dtype else x.dtype)
+
+    partials = [partial]
+    register(Primitive(
+        name, ("x",), infer, numpy,
+        vjp=_vjp_from_partials(partials) if partial else None,
+        jvp=_jvp_from_partials(partials) if partial else None,
+        kind="elementwise", differentiable=partial is not None,
+        flops=lambda out, xs, at: flops * math.prod(out.shape), doc=doc))
+
+    def public(x):
+        return bind(name, lift(x))
+    public.__name__ = public.__qualname__ = name
+    public.__doc__ = doc or f"Elementwise {name}, as numpy.{name}."
+    return public
+
+
+def binary(name, numpy, partials, domain=NUMERIC, out_dtype=None, doc=""):
+    """Register an elementwise binary primitive; the public function broadcasts and promotes."""
+    def infer(x, y):
+        _same_type(name, x, y)
+        _check_dtype(name, x.dtype, domain)
+        return x.shape, (out_dtype if out_dtype is not None else x.dtype)
+
+    differentiable = partials is not None
+    register(Primitive(
+        name, ("x", "y"), infer, numpy,
+        vjp=_vjp_from_partials(partials) if differentiable else None,
+        jvp=_jvp_from_partials(partials) if differentiable else None,
+        kind="elementwise", differentiable=differentiable, doc=doc))
+
+    def public(x, y):
+        return bind(name, *elementwise_operands(x, y, op=name))
+    public.__name__ = public.__qualname__ = name
+    public.__doc__ = doc or f"Elementwise {name} with NumPy broadcasting, as numpy.{name}."
+    return public
+
+
+def _float_like(x, like):
+    return astype(x, like.dtype)
+
+
+# -- unary ---------------------------------------------------------------------------------------
+negative = unary("negative", "np.negative(x)", lambda t, y, x: -t, domain=NUMERIC)
+exp = unary("exp", "np.exp(x)", lambda t, y, x: t * y)
+log = unary("log", "np.log(x)", lambda t, y, x: t / x)
+tanh = unary("tanh", "np.tanh(x)", lambda t, y, x: t * (1 - y * y))
+sigmoid = unary("sigmoid", "_k.sigmoid(x)", lambda t, y, x: t * (y * (1 - y)), doc="Logistic 1/(1+exp(-x)).")
+relu = unary("relu", "np.maximum(x, 0)", lambda t, y, x: t * _float_like(x > 0, x), domain=FLOAT,
+             doc="max(x, 0); its derivative at 0 is taken as 0, as in PyTorch.")
+sqrt = unary("sqrt", "np.sqrt(x)", lambda t, y, x: t * (0.5 / y))
+rsqrt = unary("rsqrt", "1 / np.sqrt(x)", lambda t, y, x: t * (-0.5 * y / x), doc="1/sqrt(x).")
+sin = unary("sin", "np.sin(x)", lambda t, y, x: t * cos(x))
+cos = unary("cos", "np.cos(x)", lambda t, y, x: -(t * sin(x)))
+erf = unary("erf", "_k.erf(x)", lambda t, y, x: t * (2 / math.sqrt(math.pi) * exp(-(x * x))),
+            doc="The error function (scipy.special.erf).")
+sign = unary("sign", "np.sign(x)", None, domain=NUMERIC, doc="-1, 0 or 1; derivative zero.")
+abs = unary("abs", "np.abs(x)", lambda t, y, x: t * sign(x), domain=NUMERIC, out_dtype=dtypes.real_dtype,
+            doc="|x|; on complex input the modulus (which a complex-step check cannot see through).")
+real = unary("real", "np.real(x)", None, domain=ANY, out_dtype=dtypes.real_dtype, doc="Real part.")
+imag = unary("imag", "np.imag(x)", None, domain=ANY, out_dtype=dtypes.real_dtype, doc="Imaginary part.")
+stop_gradient = unary("stop_gradient", "x", None, domain=ANY,
+                      doc="Identity whose derivative is zero (jax.lax.stop_gradient, torch .detach()).")
+
+# -- binary --------------------------------------------------------------------------------------
+add = binary("add", "x + y", [lambda t, o, x, y: t, lambda t, o, x, y: t])
+subtract = binary("subtract", "x - y", [lambda t, o, x, y: t, lambda t, o, x, y: -t])
+multiply = binary("multiply", "x * y", [lambda t, o, x, y: t * y, lambda t, o, x, y: t * x])
+_divide = binary("divide", "x / y", [lambda t, o, x, y: t / y, lambda t, o, x, y: -(t * o / y)], domain=INEXACT)
+power = binary("power", "np.power(x, y)", [
+    lambda t, o, x, y: t * (y * x ** (y - 1)),
+    lambda t, o, x, y: t * (log(x) * o),
+], domain=INEXACT)
+
+
+def _max_share(x, y):
+    """Which share of the gradient max(x, y) sends to x: 1 where x wins, 1/2 on ties."""
+    return _float_like(x > y, x) + 0.5 * _float_like(x == y, x)
+
+
+maximum = binary("maximum", "np.maximum(x, y)", [
+    lambda t, o, x, y: t * _max_share(x, y), lambda t, o, x, y: t * _max_share(y, x)])
+minimum = binary("minimum", "np.minimum(x, y)", [
+    lambda t, o, x, y: t * _max_share(y, x), lambda t, o, x, y: t * _max_share(x, y)])
+
+less = binary("less", "x < y", None, domain=ANY, out_dtype=dtypes.bool_)
+less_equal = binary("less_equal", "x <= y", None, domain=ANY, out_dtype=dtypes.bool_)
+greater = binary("greater", "x > y", None, domain=ANY, out_dtype=dtypes.bool_)
+greater_equal = binary("greater_equal", "x >= y", None, domain=ANY, out_dtype=dtypes.bool_)
+equal = binary("equal", "x == y", None, domain=ANY, out_dtype=dtypes.bool_)
+not_equal = binary("not_equal", "x != y", None, domain=ANY, out_dtype=dtypes.bool_)
+remainder = binary("remainder", "np.remainder(x, y)", None, doc="numpy.remainder (Python's %); no gradient.")
+logical_and = binary("logical_and", "x & y", None, domain=ANY)
+logical_or = binary("logical_or", "x | y", None, domain=ANY)
+
+
+def divide(x, y):
+    """True division with broadcasting; integer operands are promoted to float64 first."""
+    x, y = lift_all(x, y, op="divide")
+    if not dtypes.is_inexact(x.dtype):
+        x, y = astype(x, dtypes.float64), astype(y, dtypes.float64)
+    return _divide(x, y)
+
+
+def square(x):
+    return multiply(x, x)
+
+
+# -- where and convert ---------------------------------------------------------------------------
+def _where_infer(c, x, y):
+    _same_type("where", x, y)
+    if tuple(c.shape) != tuple(x.shape):
+        raise ShapeError(f"condition shape {tuple(c.shape)} differs from value shape {tuple(x.shape)}", op="where")
+    if np.dtype(c.dtype) != dtypes.bool_:
+        raise DTypeError(f"condition must be bool, got {dtypes.short(c.dtype)}", op="where")
+    return x.shape, x.dtype
+
+
+register(Primitive(
+    "where", ("c", "x", "y"), _where_infer, "np.where(c, x, y)",
+    vjp=lambda g, o, c, x, y: [None, where(c, g, 0.0), where(c, 0.0, g)],
+    jvp=lambda ts, o, c, x, y: where(c, ts[1] if ts[1] is not None else 0.0, ts[2] if ts[2] is not None else 0.0),
+    kind="elementwise"))
+
+
+def where(cond, x, y):
+    """Select x where cond is true, else y (all three broadcast); the traced-value `if`."""
+    x, y = lift_all(x, y, op="where")
+    cond = lift(cond)
+    if cond.dtype != dtypes.bool_:
+        cond = astype(cond, dtypes.bool_)
+    return bind("where", *_broadcast3(cond, x, y))
+
+
+def _broadcast3(c, x, y):
+    from gradir.ops.lifting import broadcast_all
+
+    return broadcast_all(c, x, y, op="where")
+
+
+def _convert_infer(x, dtype):
+    return x.shape, dtypes.as_dtype(dtype)
+
+
+def _convert_vjp(g, out, x, dtype):
+    return [astype(g, x.dtype) if dtypes.is_inexact(x.dtype) and dtypes.is_inexact(dtype) else None]
+
+
+def _convert_jvp(ts, out, x, dtype):
+    return None if ts[0] is None or not dtypes.is_inexact(dtype) else astype(ts[0], dtype)
+
+
+register(Primitive("convert", ("x",), _convert_infer, "x.astype(dtype)", vjp=_convert_vjp, jvp=_convert_jvp,
+                   kind="elementwise", doc="Cast to `dtype`."))

@@ -1,0 +1,91 @@
+"""Turning user arguments into operands: constants, dtype promotion, broadcasting, axes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.errors import AxisError, DTypeError, ShapeError
+from gradir.ir import Value
+from gradir.trace import bind, constant, is_traced, user_source
+
+
+def to_numpy(x):
+    """NumPy view of an argument (torch tensors included)."""
+    if type(x).__module__.startswith("torch"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def lift(x, like_dtype=None):
+    """An operand: traced Values pass through; Python scalars take `like_dtype` (weak typing);
+    arrays become constants (inside a trace) or stay arrays."""
+    if isinstance(x, Value):
+        return x
+    x = to_numpy(x)
+    if isinstance(x, (bool, int, float, complex)):
+        return constant(x, dtypes.weak_dtype(x, like_dtype))
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        arr = np.asarray(x)
+        if arr.dtype not in dtypes.SHORT_NAMES:
+            raise DTypeError(f"unsupported array dtype {arr.dtype}", source=user_source())
+        return constant(arr)
+    raise DTypeError(f"cannot use a {type(x).__name__} as an array operand", source=user_source())
+
+
+def _is_weak(x) -> bool:
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
+
+
+def lift_all(*xs, op: str):
+    """Lift operands and promote them to one dtype (Python scalars weakly typed)."""
+    strong = [to_numpy(x) for x in xs if not _is_weak(x)]
+    if strong:
+        dt = dtypes.promote(*[np.asarray(s).dtype if not isinstance(s, Value) else s.dtype for s in strong])
+    else:
+        dt = dtypes.promote(*[dtypes.weak_dtype(x, None) for x in xs])
+    vals = [lift(x, dt) for x in xs]
+    return [v if v.dtype == dt else astype(v, dt) for v in vals]
+
+
+def astype(x, dtype):
+    dtype = dtypes.as_dtype(dtype)
+    x = lift(x)
+    return x if x.dtype == dtype else bind("convert", x, dtype=dtype)
+
+
+def broadcast_all(*xs, op: str):
+    """Broadcast operands to their common shape with explicit `broadcast_to` nodes."""
+    try:
+        shape = np.broadcast_shapes(*[x.shape for x in xs])
+    except ValueError:
+        types = " and ".join(_type_str(x) for x in xs)
+        raise ShapeError(f"shapes {types} cannot be broadcast together", op=op, source=user_source()) from None
+    return [x if x.shape == shape else bind("broadcast_to", x, shape=shape) for x in xs]
+
+
+def _type_str(x) -> str:
+    return x.type_str if isinstance(x, Value) else f"{dtypes.short(x.dtype)}[{','.join(map(str, x.shape))}]"
+
+
+def elementwise_operands(*xs, op: str):
+    return broadcast_all(*lift_all(*xs, op=op), op=op)
+
+
+def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
+    """`axis` (None, int or tuple, negatives allowed) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)) or not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise AxisError(f"axis {a} is out of range for a {ndim}-d value", op=op, source=user_source())
+        out.append(int(a) % max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise AxisError(f"repeated axis in {axis}", op=op, source=user_source())
+    return tuple(sorted(out)) if ndim else ()
+
+
+def traced(*xs) -> bool:
+    return is_traced(*xs)

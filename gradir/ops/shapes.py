@@ -1,0 +1,240 @@
+"""Shape primitives (reshape, transpose, broadcast_to, slice, pad, concatenate) and the NumPy-named
+functions built from them (expand_dims, squeeze, split, swapaxes). All are linear: their JVP is the
+op applied to the tangent, their VJP its adjoint."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradir.errors import ShapeError
+from gradir.ops.lifting import lift, lift_all, normalize_axes
+from gradir.primitive import Primitive, register
+from gradir.trace import bind, user_source
+
+
+def _linear_jvp(name):
+    def jvp(ts, out, *xs, **attrs):
+        if all(t is None for t in ts):
+            return None
+        ts = [t if t is not None else _zeros_like(x) for t, x in zip(ts, xs)]
+        return bind(name, *ts, **attrs)
+    return jvp
+
+
+def _zeros_like(x):
+    from gradir.ops.creation import zeros
+
+    return zeros(x.shape, x.dtype)
+
+
+# -- reshape -------------------------------------------------------------------------------------
+def _reshape_infer(x, shape):
+    if math.prod(shape) != math.prod(x.shape):
+        raise ShapeError(f"cannot reshape {tuple(x.shape)} ({math.prod(x.shape)} elements) into {shape}",
+                         op="reshape")
+    return tuple(shape), x.dtype
+
+
+register(Primitive("reshape", ("x",), _reshape_infer, "np.reshape(x, shape)",
+                   vjp=lambda g, o, x, shape: [reshape(g, x.shape)], jvp=_linear_jvp("reshape"), kind="shape"))
+
+
+def reshape(x, shape):
+    """numpy.reshape, one dimension may be -1."""
+    x = lift(x)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if shape.count(-1) > 1:
+        raise ShapeError("only one dimension may be -1", op="reshape", source=user_source())
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or x.size % known:
+            raise ShapeError(f"cannot reshape {x.shape} into {shape}", op="reshape", source=user_source())
+        shape = tuple(x.size // known if s == -1 else s for s in shape)
+    return x if shape == x.shape else bind("reshape", x, shape=shape)
+
+
+# -- transpose -----------------------------------------------------------------------------------
+def _transpose_infer(x, perm):
+    if sorted(perm) != list(range(len(x.shape))):
+        raise ShapeError(f"perm {perm} is not a permutation of the {len(x.shape)} axes", op="transpose")
+    return tuple(x.shape[p] for p in perm), x.dtype
+
+
+register(Primitive("transpose", ("x",), _transpose_infer, "np.transpose(x, perm)",
+                   vjp=lambda g, o, x, perm: [transpose(g, tuple(np.argsort(perm).tolist()))],
+                   jvp=_linear_jvp("transpose"), kind="shape"))
+
+
+def transpose(x, axes=None):
+    """numpy.transpose (reverses the axes by default)."""
+    x = lift(x)
+    perm = tuple(range(x.ndim))[::-1] if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes)
+    return x if perm == tuple(range(x.ndim)) else bind("transpose", x, perm=perm)
+
+
+def swapaxes(x, a, b):
+    x = lift(x)
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(x, perm)
+
+
+def expand_dims(x, axis):
+    x = lift(x)
+    axes = normalize_axes(axis, x.ndim + (1 if isinstance(axis, int) else len(axis)), "expand_dims")
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return reshape(x, shape)
+
+
+def squeeze(x, axis=None):
+    x = lift(x)
+    axes = tuple(i for i, s in enumerate(x.shape) if s == 1) if axis is None else normalize_axes(axis, x.ndim, "squeeze")
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]}", op="squeeze", source=user_source())
+    return reshape(x, [s for i, s in enumerate(x.shape) if i not in axes])
+
+
+# -- broadcast_to --------------------------------------------------------------------------------
+def _broadcast_infer(x, shape):
+    try:
+        if np.broadcast_shapes(tuple(x.shape), tuple(shape)) != tuple(shape):
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"cannot broadcast {tuple(x.shape)} to {tuple(shape)}", op="broadcast_to") from None
+    return tuple(shape), x.dtype
+
+
+def unbroadcast(g, shape):
+    """Sum `g` down to `shape`: the adjoint of broadcasting."""
+    from gradir.ops.reductions import sum as sum_
+
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    return reshape(sum_(g, axis=axes), shape) if axes else reshape(g, shape)
+
+
+register(Primitive("broadcast_to", ("x",), _broadcast_infer, "np.broadcast_to(x, shape)",
+                   vjp=lambda g, o, x, shape: [unbroadcast(g, x.shape)], jvp=_linear_jvp("broadcast_to"),
+                   kind="shape"))
+
+
+def broadcast_to(x, shape):
+    x = lift(x)
+    shape = tuple(shape)
+    return x if tuple(x.shape) == shape else bind("broadcast_to", x, shape=shape)
+
+
+# -- slice and pad (each other's adjoint) -------------------------------------------------------
+def _slice_infer(x, starts, stops, steps):
+    if not len(starts) == len(stops) == len(steps) == len(x.shape):
+        raise ShapeError("slice needs a start, stop and step per axis", op="slice")
+    out = []
+    for n, a, b, c in zip(x.shape, starts, stops, steps):
+        if c < 1 or not 0 <= a <= n or not 0 <= b <= n:
+            raise ShapeError(f"slice {a}:{b}:{c} is out of range for an axis of size {n}", op="slice")
+        out.append(len(range(a, b, c)))
+    return tuple(out), x.dtype
+
+
+def _slice_vjp(g, o, x, starts, stops, steps):
+    hi = tuple(n - a - ((m - 1) * c + 1 if m else 0) for n, a, c, m in zip(x.shape, starts, steps, g.shape))
+    return [bind("pad", g, lo=tuple(starts), hi=hi, interior=tuple(c - 1 for c in steps), value=0.0)]
+
+
+register(Primitive("slice", ("x",), _slice_infer, "_k.slice_(x, starts, stops, steps)",
+                   vjp=_slice_vjp, jvp=_linear_jvp("slice"), kind="shape"))
+
+
+def _pad_infer(x, lo, hi, interior, value):
+    if not len(lo) == len(hi) == len(interior) == len(x.shape):
+        raise ShapeError("pad needs lo, hi and interior per axis", op="pad")
+    if min(lo + hi + interior, default=0) < 0:
+        raise ShapeError("negative padding", op="pad")
+    return tuple(l + h + n + max(n - 1, 0) * i for n, l, h, i in zip(x.shape, lo, hi, interior)), x.dtype
+
+
+def _pad_vjp(g, o, x, lo, hi, interior, value):
+    stops = tuple(l + (n - 1) * (i + 1) + 1 if n else l for n, l, i in zip(x.shape, lo, interior))
+    return [bind("slice", g, starts=tuple(lo), stops=stops, steps=tuple(i + 1 for i in interior))]
+
+
+register(Primitive("pad", ("x",), _pad_infer, "_k.pad(x, lo, hi, interior, value)",
+                   vjp=_pad_vjp, jvp=_linear_jvp("pad"), kind="shape",
+                   doc="Pad `lo`/`hi` elements at each end of each axis and `interior` between neighbours."))
+
+
+def pad(x, pad_width, constant_values=0.0):
+    """numpy.pad in 'constant' mode: pad_width is an int, a (before, after) pair, or one per axis."""
+    x = lift(x)
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=int), (x.ndim, 2)).tolist()
+    return bind("pad", x, lo=tuple(p[0] for p in pw), hi=tuple(p[1] for p in pw),
+                interior=(0,) * x.ndim, value=float(constant_values))
+
+
+def slice_axis(x, axis, start, stop, step=1):
+    """x[start:stop:step] along one axis."""
+    starts, stops, steps = [0] * x.ndim, list(x.shape), [1] * x.ndim
+    starts[axis], stops[axis], steps[axis] = start, stop, step
+    return bind("slice", x, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
+
+
+# -- concatenate and split -----------------------------------------------------------------------
+def _concat_infer(*xs, axis):
+    if not xs:
+        raise ShapeError("needs at least one operand", op="concatenate")
+    first = xs[0]
+    if not 0 <= axis < len(first.shape):
+        raise ShapeError(f"axis {axis} out of range", op="concatenate")
+    for x in xs[1:]:
+        if len(x.shape) != len(first.shape) or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis):
+            raise ShapeError(f"shapes {tuple(first.shape)} and {tuple(x.shape)} differ off axis {axis}", op="concatenate")
+        if x.dtype != first.dtype:
+            raise ShapeError("operands must share a dtype", op="concatenate")
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return tuple(shape), first.dtype
+
+
+def _concat_vjp(g, o, *xs, axis):
+    out, start = [], 0
+    for x in xs:
+        out.append(slice_axis(g, axis, start, start + x.shape[axis]))
+        start += x.shape[axis]
+    return out
+
+
+register(Primitive("concatenate", ("*xs",), _concat_infer, "np.concatenate(xs, axis=axis)",
+                   vjp=_concat_vjp, jvp=_linear_jvp("concatenate"), kind="shape"))
+
+
+def concatenate(xs, axis=0):
+    """numpy.concatenate."""
+    xs = lift_all(*xs, op="concatenate")
+    axis = normalize_axes(axis, xs[0].ndim, "concatenate")[0]
+    return xs[0] if len(xs) == 1 else bind("concatenate", *xs, axis=axis)
+
+
+def stack(xs, axis=0):
+    return concatenate([expand_dims(x, axis) for x in lift_all(*xs, op="stack")], axis=axis)
+
+
+def split(x, indices_or_sections, axis=0):
+    """numpy.split: a number of equal sections or a list of split points."""
+    x = lift(x)
+    axis = normalize_axes(axis, x.ndim, "split")[0]
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        if n % indices_or_sections:
+            raise ShapeError(f"axis of size {n} does not split into {indices_or_sections} equal parts",
+                             op="split", source=user_source())
+        step = n // indices_or_sections
+        points = list(range(step, n, step))
+    else:
+        points = list(indices_or_sections)
+    bounds = [0] + points + [n]
+    return [slice_axis(x, axis, a, b) for a, b in zip(bounds[:-1], bounds[1:])]

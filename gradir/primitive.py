@@ -1,0 +1,98 @@
+"""The rule table of a primitive: everything gradir knows about one op, defined in one place.
+
+Each primitive carries
+- `infer(*operands, **attrs) -> (shape, dtype)`: its shape/dtype rule (raises gradir errors);
+- `numpy`: its NumPy reference, a Python expression over the operand names in `args` and the
+  attribute names (the NumPy backend both evaluates it and pastes it into generated source);
+- `vjp(g, out, *operands, **attrs) -> [cotangent or None per operand]`, written with gradir ops so
+  the backward is a graph that can be differentiated again (None means a zero cotangent);
+- `jvp(tangents, out, *operands, **attrs) -> tangent`, tangents being None where zero;
+- `kind` (elementwise / reduction / shape / matmul / index / composite / other) for fusion and
+  scheduling, and `flops(out, operands, attrs)` for cost models;
+- optionally `decompose(*operands, **attrs)`: for composites that keep a hand-derived VJP, the same
+  computation in primitives, used by `lower_composites` before execution.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import scipy.special
+
+from gradir.errors import UnsupportedOpError
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+@dataclass
+class Primitive:
+    name: str
+    args: tuple[str, ...]
+    infer: Callable[..., tuple[tuple[int, ...], np.dtype]]
+    numpy: str | None = None
+    vjp: Callable | None = None
+    jvp: Callable | None = None
+    kind: str = "other"
+    flops: Callable[[Any, tuple, dict], int] | None = None
+    decompose: Callable | None = None
+    differentiable: bool = True
+    doc: str = ""
+    _impl: Callable | None = field(default=None, repr=False)
+
+    @property
+    def variadic(self) -> bool:
+        return len(self.args) == 1 and self.args[0].startswith("*")
+
+    def impl(self, *operands, **attrs):
+        """Run the NumPy reference on concrete arrays."""
+        if self._impl is None:
+            if self.numpy is None:
+                raise UnsupportedOpError("has no NumPy reference (decompose it first)", op=self.name)
+            arg_names = [a.lstrip("*") for a in self.args]
+            code = compile(ast.parse(self.numpy, mode="eval"), f"<{self.name}>", "eval")
+            ns = numpy_namespace()
+
+            def run(*ops, **at):
+                local = dict(at)
+                if self.variadic:
+                    local[arg_names[0]] = ops
+                else:
+                    local.update(zip(arg_names, ops))
+                return eval(code, ns, local)
+
+            self._impl = run
+        return self._impl(*operands, **attrs)
+
+    def cost(self, out, operands, attrs) -> int:
+        """Floating-point operations of one application (elementwise default: one per output)."""
+        if self.flops is not None:
+            return int(self.flops(out, operands, attrs))
+        return math.prod(out.shape) if self.kind in ("elementwise", "reduction") else 0
+
+
+def numpy_namespace() -> dict[str, Any]:
+    """Names the NumPy templates may use: np, scipy.special as `sc`, and gradir's kernels as `_k`."""
+    from gradir import kernels
+
+    return {"np": np, "sc": scipy.special, "_k": kernels}
+
+
+def register(prim: Primitive) -> Primitive:
+    if prim.name in REGISTRY:
+        raise ValueError(f"primitive {prim.name} defined twice")
+    REGISTRY[prim.name] = prim
+    return prim
+
+
+def get_primitive(name: str, source: str | None = None) -> Primitive:
+    import gradir.ops  # noqa: F401 - make sure the op library is registered
+
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnsupportedOpError(f"unknown op (gradir has no primitive named {name!r})", op=name,
+                                 source=source) from None

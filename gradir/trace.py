@@ -1,0 +1,168 @@
+"""Tracing: running Python on `Value`s records primitives into the graph being built.
+
+`bind(op, *operands, **attrs)` is the single entry point every op goes through. With concrete
+NumPy operands it evaluates the op's NumPy reference at once (eager mode); with traced operands it
+checks the op's shape/dtype rule and appends a node to the innermost graph under construction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.errors import GradirError, TraceError
+from gradir.ir import Graph, Value
+from gradir.primitive import get_primitive
+
+_BUILDERS: list[Graph] = []          # graphs under construction, innermost last
+_SOURCE_OVERRIDE: list[str | None] = []  # set while autodiff emits a forward node's rule
+
+
+def user_source(depth: int = 1) -> str | None:
+    """`file.py:LINE` of the innermost frame outside gradir's own modules."""
+    if _SOURCE_OVERRIDE:
+        return _SOURCE_OVERRIDE[-1]
+    f = sys._getframe(depth)
+    while f is not None:
+        mod = f.f_globals.get("__name__", "")
+        if not (mod == "gradir" or mod.startswith("gradir.")):
+            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+@contextlib.contextmanager
+def source_of(source: str | None):
+    """Attribute every node recorded inside to `source` (backward nodes point at their forward line)."""
+    _SOURCE_OVERRIDE.append(source)
+    try:
+        yield
+    finally:
+        _SOURCE_OVERRIDE.pop()
+
+
+@contextlib.contextmanager
+def building(graph: Graph):
+    """Record ops into `graph` while inside."""
+    _BUILDERS.append(graph)
+    try:
+        yield graph
+    finally:
+        _BUILDERS.pop()
+
+
+def current_graph() -> Graph | None:
+    return _BUILDERS[-1] if _BUILDERS else None
+
+
+def is_traced(*xs) -> bool:
+    return any(isinstance(x, Value) for x in xs)
+
+
+def capture(v: Value, graph: Graph) -> Value:
+    """A value of an enclosing trace used inside an inner one becomes an extra input of the inner
+    graph (listed in `graph.captures`, the caller passes the outer value for it)."""
+    caps = graph.__dict__.setdefault("captures", {})
+    if v not in caps:
+        if v.graph not in _BUILDERS:
+            raise TraceError(f"a traced value {v.type_str} escaped its trace and was used after it ended",
+                             op=v.op, source=user_source())
+        caps[v] = graph.add_input(v.shape, v.dtype, name=f"captured{len(caps)}", source=v.source)
+    return caps[v]
+
+
+def bind(op: str, *operands, **attrs) -> Any:
+    """Apply primitive `op`: evaluate now on NumPy operands, or record a node on traced ones."""
+    prim = get_primitive(op)
+    graph = current_graph()
+    if not is_traced(*operands):
+        try:
+            shape, dtype = prim.infer(*operands, **attrs)
+        except GradirError as e:
+            raise _located(e, op) from None
+        with np.errstate(all="ignore"):
+            out = prim.impl(*operands, **attrs)
+        out = np.asarray(out)
+        if out.dtype != dtype:
+            out = out.astype(dtype)
+        return out.reshape(shape) if out.shape != tuple(shape) else out
+    if graph is None:
+        raise TraceError("a traced value was used after its trace ended", op=op, source=user_source())
+    ops = []
+    for o in operands:
+        if not isinstance(o, Value):
+            raise TraceError(f"operand {o!r} is not a traced value (ops lift constants before bind)",
+                             op=op, source=user_source())
+        ops.append(o if o.graph is graph else capture(o, graph))
+    try:
+        shape, dtype = prim.infer(*ops, **attrs)
+    except GradirError as e:
+        raise _located(e, op) from None
+    return graph.append(op, ops, attrs, shape, dtype, user_source())
+
+
+def _located(e: GradirError, op: str) -> GradirError:
+    if e.source is not None:
+        return e
+    return type(e)(e.detail, op=e.op or op, source=user_source())
+
+
+def constant(x, dtype=None) -> Any:
+    """A constant: a `const` node inside a trace, a NumPy array outside."""
+    arr = np.asarray(x, dtype=None if dtype is None else dtypes.as_dtype(dtype))
+    if arr.dtype not in dtypes.SHORT_NAMES:
+        arr = arr.astype(dtypes.as_dtype(arr.dtype))
+    graph = current_graph()
+    if graph is None:
+        return arr
+    return graph.append("const", (), {"value": arr}, arr.shape, arr.dtype, user_source())
+
+
+def abstract_dtype(x) -> np.dtype:
+    """The dtype an argument traces as (Python float -> f64, int -> i64, bool -> bool)."""
+    if isinstance(x, (Value, np.ndarray, np.generic)):
+        return dtypes.as_dtype(x.dtype)
+    if isinstance(x, (bool, int, float, complex)):
+        return dtypes.weak_dtype(x, None)
+    raise TraceError(f"cannot trace an argument of type {type(x).__name__}; pass NumPy arrays, "
+                     "Python scalars, torch tensors or dict/list/tuple of them")
+
+
+def trace_flat(fn, flat_args: list, names: list[str], rebuild, name: str) -> Graph:
+    """Trace `fn` on placeholders shaped like `flat_args`; `rebuild(placeholders)` makes fn's args."""
+    from gradir.pytree import tree_flatten
+
+    graph = Graph(name)
+    with building(graph):
+        placeholders = [graph.add_input(np.shape(a), abstract_dtype(a), n) for a, n in zip(flat_args, names)]
+        result = fn(*rebuild(placeholders))
+        flat_out, out_tree = tree_flatten(result)
+        outs = []
+        for o in flat_out:
+            if isinstance(o, Value):
+                outs.append(o if o.graph is graph else capture(o, graph))
+            else:
+                outs.append(constant(o))
+    graph.outputs = outs
+    graph.out_tree = out_tree
+    return graph
+
+
+def inline(graph: Graph, args: list, keep_source: bool = True) -> list:
+    """Run `graph` through `bind`: with NumPy args it evaluates, inside a trace it re-records every
+    node into the graph being built (how grad-of-grad and nested transforms compose)."""
+    if is_traced(*args):
+        args = [a if isinstance(a, Value) else constant(a) for a in args]
+    env: dict[Value, Any] = dict(zip(graph.inputs, args))
+    for n in graph.nodes:
+        with source_of(n.source) if keep_source else contextlib.nullcontext():
+            if n.op == "const":
+                env[n] = constant(n.attrs["value"])
+            else:
+                env[n] = bind(n.op, *[env[i] for i in n.inputs], **n.attrs)
+    return [env[o] for o in graph.outputs]

@@ -1,0 +1,32 @@
+"""Graph -> graph transforms and graph -> report analyses.
+
+A pipeline is a list of (name, pass) pairs; `run_pipeline` applies them in order, verifies after
+each one, and can record the graph after every step for printing.
+"""
+
+from __future__ import annotations
+
+from gradir.ir import Graph
+from gradir.passes.autodiff import joint_graph, needs_grad
+from gradir.passes.cleanup import cleanup, cse, dce, simplify
+from gradir.passes.forward_mode import jvp_graph
+from gradir.passes.lower import lower_composites
+from gradir.passes.partition import Partition, partition
+
+DEFAULT_CLEANUP = [("lower_composites", lower_composites), ("simplify", simplify), ("cse", cse), ("dce", dce)]
+
+
+def run_pipeline(graph: Graph, pipeline=None, verify: bool = True, record: list | None = None) -> Graph:
+    """Apply `pipeline` (default: lower composites, simplify, cse, dce), verifying after each pass.
+    If `record` is a list, (pass name, graph) pairs are appended to it."""
+    for name, p in pipeline or DEFAULT_CLEANUP:
+        graph = p(graph)
+        if verify:
+            graph.verify()
+        if record is not None:
+            record.append((name, graph))
+    return graph
+
+
+__all__ = ["Partition", "cleanup", "cse", "dce", "joint_graph", "jvp_graph", "lower_composites", "needs_grad",
+           "partition", "run_pipeline", "simplify"]

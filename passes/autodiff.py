@@ -1,0 +1,84 @@
+"""Reverse-mode differentiation as a graph transform: forward graph -> joint forward+backward graph.
+
+The joint graph takes the forward inputs and one cotangent per forward output, and returns the
+forward outputs followed by one gradient per requested input. Walking the forward nodes in reverse,
+each node's cotangent is the sum of the contributions of all its users (fan-out accumulation: a
+value read k times receives k contributions), and its op's VJP rule, itself written with gradir ops,
+emits the contributions to its operands. Nodes of the backward part carry the source line of the
+forward node they differentiate.
+"""
+
+from __future__ import annotations
+
+from gradir import dtypes
+from gradir.errors import NonDifferentiableError
+from gradir.ir import Graph, Value
+from gradir.ops import add, zeros
+from gradir.primitive import get_primitive
+from gradir.trace import bind, building, constant, source_of
+
+
+def needs_grad(graph: Graph, wrt: list[int]) -> set[Value]:
+    """Values that depend differentiably on the inputs in `wrt` (the "requires_grad" analysis)."""
+    live = {graph.inputs[i] for i in wrt}
+    for n in graph.nodes:
+        if n.op != "const" and dtypes.is_inexact(n.dtype) and get_primitive(n.op).differentiable \
+                and any(i in live for i in n.inputs):
+            live.add(n)
+    return live
+
+
+def accumulate(contributions: list[Value]) -> Value:
+    """Sum a value's cotangent contributions, in the order they were made."""
+    total = contributions[0]
+    for c in contributions[1:]:
+        total = add(total, c)
+    return total
+
+
+def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
+    """The joint forward+backward graph of `graph` with respect to the inputs at positions `wrt`.
+
+    Inputs: the forward inputs, then one cotangent per forward output (named ``ct0``...).
+    Outputs: the forward outputs, then one gradient per input in `wrt`.
+    """
+    wrt = list(range(len(graph.inputs))) if wrt is None else list(wrt)
+    for i in wrt:
+        x = graph.inputs[i]
+        if not dtypes.is_float(x.dtype):
+            raise NonDifferentiableError(
+                f"input {x.attrs.get('name')} has dtype {dtypes.short(x.dtype)}; gradients are defined for "
+                "real floating inputs only (integer indices and bool masks have none)", op="grad", source=x.source)
+    live = needs_grad(graph, wrt)
+    joint = Graph(f"{graph.name}_joint")
+    env: dict[Value, Value] = {}
+    for x in graph.inputs:
+        env[x] = joint.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
+    cts = [joint.add_input(o.shape, o.dtype, f"ct{k}") for k, o in enumerate(graph.outputs)]
+    with building(joint):
+        for n in graph.nodes:
+            with source_of(n.source):
+                env[n] = constant(n.attrs["value"]) if n.op == "const" else \
+                    bind(n.op, *[env[i] for i in n.inputs], **n.attrs)
+        contributions: dict[Value, list[Value]] = {}
+        for o, ct in zip(graph.outputs, cts):
+            if o in live:
+                contributions.setdefault(o, []).append(ct)
+        for n in reversed(graph.nodes):
+            if n not in contributions:
+                continue
+            prim = get_primitive(n.op)
+            with source_of(n.source):
+                g = accumulate(contributions.pop(n))
+                in_cts = prim.vjp(g, env[n], *[env[i] for i in n.inputs], **n.attrs)
+            for operand, c in zip(n.inputs, in_cts):
+                if c is not None and operand in live:
+                    contributions.setdefault(operand, []).append(c)
+        grads = []
+        for i in wrt:
+            x = graph.inputs[i]
+            with source_of(x.source):
+                grads.append(accumulate(contributions[x]) if x in contributions else zeros(x.shape, x.dtype))
+    joint.outputs = [env[o] for o in graph.outputs] + grads
+    joint.__dict__["num_forward_outputs"] = len(graph.outputs)
+    return joint

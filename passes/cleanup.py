@@ -1,0 +1,132 @@
+"""Cleanup passes that keep generated backward graphs as small as a hand-written backward:
+dead-code elimination, common-subexpression elimination, and algebraic simplification with
+constant folding (x*1, x+0, reshape/broadcast/convert to the same type, small all-constant nodes).
+Each takes a Graph and returns a new Graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradir.ir import Graph, Value
+from gradir.primitive import get_primitive
+from gradir.trace import bind, building, constant, current_graph, source_of
+
+FOLD_LIMIT = 64  # fold all-constant nodes whose result has at most this many elements
+
+
+def _rebuild(graph: Graph, rewrite) -> Graph:
+    """Copy `graph` node by node; `rewrite(node, operands)` returns a replacement value, or None to
+    copy the node unchanged. Inside `rewrite`, ops record into the new graph."""
+    out = Graph(graph.name)
+    out.__dict__.update({k: v for k, v in graph.__dict__.items() if k not in ("inputs", "nodes", "outputs", "name")})
+    env: dict[Value, Value] = {}
+    for x in graph.inputs:
+        env[x] = out.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
+    with building(out):
+        for n in graph.nodes:
+            if any(i not in env for i in n.inputs):
+                continue  # dropped by dce
+            operands = [env[i] for i in n.inputs]
+            with source_of(n.source):
+                new = rewrite(n, operands)
+            if new is not DROP:
+                env[n] = new if new is not None else out.append(n.op, operands, n.attrs, n.shape, n.dtype, n.source)
+    out.outputs = [env[o] for o in graph.outputs]
+    return out
+
+
+DROP = object()
+
+
+def dce(graph: Graph) -> Graph:
+    """Drop nodes no output depends on."""
+    live: set[Value] = set(graph.outputs)
+    for n in reversed(graph.nodes):
+        if n in live:
+            live.update(n.inputs)
+    return _rebuild(graph, lambda n, ops: None if n in live else DROP)
+
+
+def _const_key(v: Value):
+    a = v.attrs["value"]
+    return (a.dtype.str, a.shape, a.tobytes())
+
+
+def _attr_key(attrs: dict):
+    return tuple(sorted((k, repr(a)) for k, a in attrs.items()))
+
+
+def cse(graph: Graph) -> Graph:
+    """Merge nodes with the same op, operands and attributes (constants by value)."""
+    seen: dict = {}
+
+    def rewrite(n, operands):
+        key = ("const", _const_key(n)) if n.op == "const" else (n.op, tuple(o.uid for o in operands), _attr_key(n.attrs))
+        if key not in seen:
+            seen[key] = current_graph().append(n.op, operands, n.attrs, n.shape, n.dtype, n.source)
+        return seen[key]
+    return _rebuild(graph, rewrite)
+
+
+def _scalar_const(v: Value):
+    """The constant's value if `v` is a constant (or a broadcast of one) holding one repeated number."""
+    while v.op == "broadcast_to":
+        v = v.inputs[0]
+    if v.op == "const":
+        a = v.attrs["value"]
+        if a.size and np.all(a == a.flat[0]):
+            return a.flat[0]
+    return None
+
+
+def _is(v: Value, number) -> bool:
+    c = _scalar_const(v)
+    return c is not None and c == number
+
+
+def simplify(graph: Graph) -> Graph:
+    """Algebraic identities and constant folding."""
+    def rewrite(n, ops):
+        op = n.op
+        if op in ("reshape", "broadcast_to") and ops[0].shape == n.shape:
+            return ops[0]
+        if op == "convert" and ops[0].dtype == n.dtype:
+            return ops[0]
+        if op == "reshape" and ops[0].op == "reshape":
+            return bind("reshape", ops[0].inputs[0], **n.attrs)
+        if op == "transpose" and ops[0].op == "transpose":
+            perm = tuple(ops[0].attrs["perm"][p] for p in n.attrs["perm"])
+            inner = ops[0].inputs[0]
+            return inner if perm == tuple(range(len(perm))) else bind("transpose", inner, perm=perm)
+        if op == "multiply":
+            if _is(ops[1], 1):
+                return ops[0]
+            if _is(ops[0], 1):
+                return ops[1]
+        if op == "add":
+            if _is(ops[1], 0):
+                return ops[0]
+            if _is(ops[0], 0):
+                return ops[1]
+        if op == "subtract" and _is(ops[1], 0):
+            return ops[0]
+        if op == "divide" and _is(ops[1], 1):
+            return ops[0]
+        if op == "power" and _is(ops[1], 1):
+            return ops[0]
+        if op == "negative" and ops[0].op == "negative":
+            return ops[0].inputs[0]
+        if ops and all(o.op == "const" for o in ops) and n.size <= FOLD_LIMIT and get_primitive(op).numpy:
+            value = bind(op, *[o.attrs["value"] for o in ops], **n.attrs)
+            return constant(value)
+        return None
+    return _rebuild(graph, rewrite)
+
+
+def cleanup(graph: Graph, verify: bool = True) -> Graph:
+    """simplify -> cse -> dce, verified after each when `verify`."""
+    for p in (simplify, cse, dce):
+        graph = p(graph)
+        if verify:
+            graph.verify()
+    return graph

@@ -1,0 +1,1 @@
+"""Diagrams, plots and HTML reports of graphs and plans (reads graphs and reports only)."""
