@@ -19,7 +19,8 @@ import ast
 import itertools
 import math
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import networkx as nx
 import numpy as np

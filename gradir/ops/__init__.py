@@ -2,16 +2,56 @@
 
 from gradir.ops.creation import arange, full, ones, zeros
 from gradir.ops.elementwise import (
-    abs, add, cos, divide, equal, erf, exp, greater, greater_equal, imag, less, less_equal, log,
-    logical_and, logical_or, maximum, minimum, multiply, negative, not_equal, power, real, relu, remainder,
-    rsqrt, sigmoid, sign, sin, sqrt, square, stop_gradient, subtract, tanh, where,
+    abs,
+    add,
+    cos,
+    divide,
+    equal,
+    erf,
+    exp,
+    greater,
+    greater_equal,
+    imag,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_or,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    real,
+    relu,
+    remainder,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    stop_gradient,
+    subtract,
+    tanh,
+    where,
 )
 from gradir.ops.indexing import getitem, one_hot, take
 from gradir.ops.lifting import astype
 from gradir.ops.linalg import dot, matmul
 from gradir.ops.reductions import argmax, logsumexp, max, mean, min, std, sum, var
 from gradir.ops.shapes import (
-    broadcast_to, concatenate, expand_dims, pad, reshape, split, squeeze, stack, swapaxes, transpose,
+    broadcast_to,
+    concatenate,
+    expand_dims,
+    pad,
+    reshape,
+    split,
+    squeeze,
+    stack,
+    swapaxes,
+    transpose,
 )
 
 __all__ = [
