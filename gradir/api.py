@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,7 @@ def _prepare(fn, args) -> _Args:
 
 def _finish(values, a: _Args):
     """Return values to the user: NumPy scalars for 0-d results, torch tensors if torch came in."""
-    if a.traced:
+    if a.traced or is_traced(*values):  # inside an enclosing trace
         return values
     out = []
     for v in values:
@@ -167,8 +168,8 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable
     @functools.wraps(fn)
     def wrapper(*args):
         a = _prepare(fn, args)
-        graph, nums, _ = _grad_graph(fn, a, argnums, "grad")
-        values = _finish(_execute(graph, a.flat + _captures(graph)), a)
+        graph, nums, forward = _grad_graph(fn, a, argnums, "grad")
+        values = _finish(_execute(graph, a.flat + _captures(forward)), a)
         grads = _split_grads(values[1:], a, nums)
         return values[0], (grads[0] if isinstance(argnums, int) else tuple(grads))
     return wrapper
@@ -304,9 +305,14 @@ class Compiled:
 
 
 def compile(fn: Callable | None = None, *, backend: str = "numpy", remat: str | None = None,
-            memory_budget: int | None = None, check: bool = False):
+            memory_budget: int | None = None, check: bool | None = None):
     """Compile `fn`: traced once per input signature (shapes, dtypes, pytree structure), cached,
-    and run by `backend`. Usable as ``@gr.compile`` or ``@gr.compile(backend="numpy")``."""
+    and run by `backend`. Usable as ``@gr.compile`` or ``@gr.compile(backend="numpy")``.
+
+    `check=True` (default: the GRADIR_CHECK environment variable) makes the generated code assert
+    that every value has the shape and dtype the IR promises."""
+    if check is None:
+        check = os.environ.get("GRADIR_CHECK", "") not in ("", "0")
     def wrap(f):
         return Compiled(f, backend, remat, memory_budget, check)
     return wrap if fn is None else wrap(fn)

@@ -277,9 +277,10 @@ class Graph:
         """A networkx view: one node per value (keyed by position), one edge per operand use."""
         index = {v: i for i, v in enumerate(self.all_values())}
         g = nx.MultiDiGraph(name=self.name)
+        outputs = set(self.outputs)  # not `in list`: == on Values is the elementwise op
         for v, i in index.items():
             g.add_node(i, op=v.op, shape=v.shape, dtype=str(v.dtype), source=v.source,
-                       output=v in self.outputs, value=v)
+                       output=v in outputs, value=v)
         for n in self.nodes:
             for pos, inp in enumerate(n.inputs):
                 g.add_edge(index[inp], index[n], operand=pos)
@@ -391,6 +392,9 @@ def _parse(text: str) -> Graph:
             v = g.add_input(shape, dtype, attrs.get("name"), src)
         else:
             if op == "const":
+                if attrs.get("value", ...) is ...:
+                    raise IRParseError("constant payload elided; print the graph with to_text(full=True)",
+                                       op=op, source=where)
                 attrs["value"] = np.asarray(attrs["value"]).astype(dtype).reshape(shape)
             attrs = {k: (dtypes.as_dtype(a) if k == "dtype" else a) for k, a in attrs.items()}
             v = g.append(op, operands, attrs, shape, dtype, src)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import numpy as np
 import pytest
+
+os.environ.setdefault("GRADIR_CHECK", "1")  # compiled code asserts every shape/dtype the IR states
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
