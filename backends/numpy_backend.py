@@ -58,13 +58,31 @@ def _input_names(graph: Graph) -> list[str]:
     return names
 
 
+def last_uses(graph: Graph) -> dict[int, list[Value]]:
+    """For each node position, the intermediate values (not inputs, constants or outputs) read for
+    the last time there."""
+    last: dict[Value, int] = {}
+    for pos, n in enumerate(graph.nodes):
+        for i in n.inputs:
+            if i.op not in ("input", "const"):
+                last[i] = pos
+    keep = set(graph.outputs)
+    dying: dict[int, list[Value]] = {}
+    for v, pos in last.items():
+        if v not in keep:
+            dying.setdefault(pos, []).append(v)
+    return dying
+
+
 def generate_source(graph: Graph, fn_name: str | None = None, check: bool = False):
-    """Python source for `graph` and the constants it refers to. With `check`, every line is
-    followed by an assertion that the value has the shape and dtype the IR says."""
+    """Python source for `graph` and the constants it refers to. Each value is deleted after its
+    last use, so NumPy can reuse its memory. With `check`, every line is followed by an assertion
+    that the value has the shape and dtype the IR says."""
     fn_name = fn_name if (fn_name or "").isidentifier() else (graph.name if graph.name.isidentifier() else "f")
     names: dict[Value, str] = dict(zip(graph.inputs, _input_names(graph)))
     consts: dict[str, np.ndarray] = {}
     body = []
+    dying = last_uses(graph)
     for idx, n in enumerate(graph.nodes, start=len(graph.inputs)):
         var = f"v{idx}"
         if n.op == "const":
@@ -86,6 +104,9 @@ def generate_source(graph: Graph, fn_name: str | None = None, check: bool = Fals
         if check:
             body.append(f"    _check({var}, {n.shape!r}, {_DTYPE_NAMES[n.dtype]}, {n.op!r}, {n.source!r})")
         names[n] = var
+        dead = sorted({names[v] for v in dying.get(idx - len(graph.inputs), ())})
+        if dead:
+            body.append(f"    del {', '.join(dead)}")
     outs = ", ".join(names[o] for o in graph.outputs)
     args = ", ".join(names[x] for x in graph.inputs)
     src = f"def {fn_name}({args}):\n" + "\n".join(body + [f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})"]) + "\n"
