@@ -4,13 +4,14 @@
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
-from gradir import dtypes, errors
+from gradir import dtypes, errors, nn  # noqa: F401 - nn: the gr.nn namespace
 from gradir.api import compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.errors import GradirError
 from gradir.ir import Graph, Value
 from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-level namespace
 from gradir.ops import __all__ as _ops_all
+from gradir.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
 
 __version__ = "0.1.0"
 

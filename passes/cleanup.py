@@ -116,7 +116,8 @@ def simplify(graph: Graph) -> Graph:
             return ops[0]
         if op == "negative" and ops[0].op == "negative":
             return ops[0].inputs[0]
-        if ops and all(o.op == "const" for o in ops) and n.size <= FOLD_LIMIT and get_primitive(op).numpy:
+        if op != "broadcast_to" and ops and all(o.op == "const" for o in ops) and n.size <= FOLD_LIMIT \
+                and get_primitive(op).numpy:  # (a broadcast constant stays a scalar: the text stays small)
             value = bind(op, *[o.attrs["value"] for o in ops], **n.attrs)
             return constant(value)
         return None
