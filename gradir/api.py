@@ -102,7 +102,7 @@ def _execute(graph: Graph, flat_args: list) -> list:
 
 
 def _captures(graph: Graph) -> list:
-    return list(graph.__dict__.get("captures", {}))
+    return list(graph.captures)
 
 
 # -- trace ----------------------------------------------------------------------------------------
@@ -195,7 +195,6 @@ def vjp(fn: Callable, *args):
     forward = _trace(fn, a)
     wrt = [i for i, x in enumerate(forward.inputs[:len(a.flat)]) if dtypes.is_float(x.dtype)]
     joint = run_pipeline(joint_graph(forward, wrt))
-    joint.__dict__["num_forward_outputs"] = len(forward.outputs)
     part = partition(joint)
     fwd_vals = _execute(part.forward, a.flat + _captures(forward))
     k = len(forward.outputs)
@@ -348,6 +347,5 @@ def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: s
     graph = _trace(fn, a)
     wrt = [i for n in nums for i in a.leaf_ranges[n]]
     joint = run_pipeline(joint_graph(graph, wrt))
-    joint.__dict__["num_forward_outputs"] = len(graph.outputs)
     part = partition(joint)
     return GradTrace(graph, joint, part.forward, part.backward, part.residuals)

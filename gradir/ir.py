@@ -166,8 +166,10 @@ def _ops():
 class Graph:
     """An SSA program: `inputs` (op ``input``), `nodes` in execution order, and `outputs`.
 
-    `in_tree`/`out_tree` (pytree structure of the traced function's arguments and results) are
-    kept by the tracer so the API can rebuild nested results; they are not part of the text form.
+    Bookkeeping kept beside the program (not part of the text form): `in_tree`/`out_tree`, the
+    pytree structure of the traced function's arguments and results; `captures`, values of an
+    enclosing trace this graph reads (each mapped to the extra input standing for it); and for a
+    joint forward+backward graph, `num_forward_outputs`.
     """
 
     def __init__(self, name: str = "f"):
@@ -177,6 +179,14 @@ class Graph:
         self.outputs: list[Value] = []
         self.in_tree = None
         self.out_tree = None
+        self.captures: dict[Value, Value] = {}
+        self.num_forward_outputs: int | None = None
+
+    def copy_bookkeeping(self, other: Graph) -> Graph:
+        """Take `other`'s pytree structure and joint-graph split (for passes that rebuild a graph)."""
+        self.in_tree, self.out_tree = other.in_tree, other.out_tree
+        self.num_forward_outputs = other.num_forward_outputs
+        return self
 
     # -- building ----------------------------------------------------------------------------------
     def add_input(self, shape, dtype, name: str | None = None, source: str | None = None) -> Value:

@@ -53,17 +53,14 @@ class Primitive:
         if self._impl is None:
             if self.numpy is None:
                 raise UnsupportedOpError("has no NumPy reference (decompose it first)", op=self.name)
-            arg_names = [a.lstrip("*") for a in self.args]
+            names = [a.lstrip("*") for a in self.args]
             code = compile(ast.parse(self.numpy, mode="eval"), f"<{self.name}>", "eval")
-            ns = numpy_namespace()
+            namespace = numpy_namespace()
 
             def run(*ops, **at):
                 local = dict(at)
-                if self.variadic:
-                    local[arg_names[0]] = ops
-                else:
-                    local.update(zip(arg_names, ops))
-                return eval(code, ns, local)
+                local.update({names[0]: ops} if self.variadic else zip(names, ops))
+                return eval(code, namespace, local)
 
             self._impl = run
         return self._impl(*operands, **attrs)

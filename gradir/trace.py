@@ -67,7 +67,7 @@ def is_traced(*xs) -> bool:
 def capture(v: Value, graph: Graph) -> Value:
     """A value of an enclosing trace used inside an inner one becomes an extra input of the inner
     graph (listed in `graph.captures`, the caller passes the outer value for it)."""
-    caps = graph.__dict__.setdefault("captures", {})
+    caps = graph.captures
     if v not in caps:
         if v.graph not in _BUILDERS:
             raise TraceError(f"a traced value {v.type_str} escaped its trace and was used after it ended",

@@ -80,5 +80,5 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
             with source_of(x.source):
                 grads.append(accumulate(contributions[x]) if x in contributions else zeros(x.shape, x.dtype))
     joint.outputs = [env[o] for o in graph.outputs] + grads
-    joint.__dict__["num_forward_outputs"] = len(graph.outputs)
+    joint.num_forward_outputs = len(graph.outputs)
     return joint

@@ -17,8 +17,7 @@ FOLD_LIMIT = 64  # fold all-constant nodes whose result has at most this many el
 def _rebuild(graph: Graph, rewrite) -> Graph:
     """Copy `graph` node by node; `rewrite(node, operands)` returns a replacement value, or None to
     copy the node unchanged. Inside `rewrite`, ops record into the new graph."""
-    out = Graph(graph.name)
-    out.__dict__.update({k: v for k, v in graph.__dict__.items() if k not in ("inputs", "nodes", "outputs", "name")})
+    out = Graph(graph.name).copy_bookkeeping(graph)
     env: dict[Value, Value] = {}
     for x in graph.inputs:
         env[x] = out.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)

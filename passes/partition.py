@@ -32,7 +32,7 @@ def _const_only(graph: Graph) -> set[Value]:
 
 
 def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition:
-    k = joint.__dict__.get("num_forward_outputs") if num_forward_outputs is None else num_forward_outputs
+    k = joint.num_forward_outputs if num_forward_outputs is None else num_forward_outputs
     n_ct = k
     primals = joint.inputs[:len(joint.inputs) - n_ct]
     cts = joint.inputs[len(joint.inputs) - n_ct:]
@@ -55,7 +55,7 @@ def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition
         if n in fwd_set:
             env[n] = forward.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source)
     forward.outputs = [env[o] for o in fwd_outs] + [env[r] for r in residuals]
-    forward.__dict__["num_forward_outputs"] = k
+    forward.num_forward_outputs = k
 
     backward = Graph(joint.name.replace("_joint", "") + "_backward")
     benv: dict[Value, Value] = {}
