@@ -40,11 +40,17 @@ def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition
     constish = _const_only(joint)
 
     fwd_set = set(topo_values(fwd_outs)) | set(primals)
-    bwd_order = [v for v in topo_values(grads) if v not in fwd_set or v in constish]
-    bwd_set = set(bwd_order)
-    residual_set = {i for n in bwd_order for i in n.inputs if i in fwd_set and i not in bwd_set}
-    residual_set |= {g for g in grads if g in fwd_set and g not in bwd_set}
+    saved = lambda v: v in fwd_set and v not in constish  # noqa: E731 - read from forward, not recomputed
+    # backward = what the gradients need, walking up until a saved forward value is reached
+    needed, stack = set(), [g for g in grads if not saved(g)]
+    while stack:
+        v = stack.pop()
+        if v not in needed:
+            needed.add(v)
+            stack.extend(i for i in v.inputs if not saved(i))
     position = {v: i for i, v in enumerate(joint.all_values())}
+    bwd_order = sorted(needed, key=position.__getitem__)
+    residual_set = {i for n in bwd_order for i in n.inputs if saved(i)} | {g for g in grads if saved(g)}
     residuals = sorted(residual_set, key=position.__getitem__)
 
     forward = Graph(joint.name.replace("_joint", "") + "_forward")

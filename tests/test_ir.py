@@ -90,4 +90,6 @@ def test_random_programs_round_trip_and_every_pass_verifies(program):
     part = partition(joint)
     part.forward.verify()
     part.backward.verify()
+    assert len(dce(part.backward).nodes) == len(part.backward.nodes)  # no dead code left in backward
+    assert len(dce(part.forward).nodes) == len(part.forward.nodes)
     run_pipeline(jvp_graph(g)).verify()

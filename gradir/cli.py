@@ -1,0 +1,362 @@
+"""The `gradir` command line: trace a function from a model file and show its backward story.
+
+    gradir trace examples/models/mlp.py            # forward IR, backward IR, saved values
+    gradir trace model.py --fn step --argnums w,b  # another function, chosen arguments
+    gradir check examples/models/mlp.py            # gradcheck against central differences
+
+A model file is plain Python. Its function (`--fn`, default `loss`, then `model`, then the only
+function in the file) gets example inputs from `example_inputs()` or from shape annotations such as
+`x: gr.f32[32, 256]` (see gradir.specs). Problems with the file are reported in one line on stderr
+with exit code 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import gradir as gr
+from gradir import dtypes
+from gradir.errors import GradirError, ModelFileError
+from gradir.pytree import tree_flatten, tree_map
+from gradir.specs import CONVENTION, SpecDType, TensorSpec, default_argnums, resolve_example
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="gradir: trace, differentiate and inspect Python functions as SSA graphs.")
+
+MODULE_NAME = "model"
+DEFAULT_FUNCTIONS = ("loss", "model")
+EXIT_USAGE = 2   # the model file or the command line is at fault
+EXIT_FAILED = 1  # the command ran and found a problem (a failed gradient check)
+
+
+class CLIError(Exception):
+    """A one-line error for stderr; `code` becomes the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(" ".join(message.split()))  # one line, whatever the message held
+        self.code = code
+
+
+# -- loading a model file ---------------------------------------------------------------------------
+
+
+def _line_in(exc: BaseException, path: Path) -> int | None:
+    """The innermost line of `path` in `exc`'s traceback (where the user's code failed)."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = frame.lineno
+    return line
+
+
+def load_model(path: str) -> ModuleType:
+    """Import the Python file at `path` as module "model" (its folder goes on sys.path, as for a script)."""
+    p = Path(path)
+    if not p.exists():
+        raise CLIError(f"{path}: no such file")
+    if not p.is_file():
+        raise CLIError(f"{path}: not a file")
+    loader = importlib.machinery.SourceFileLoader(MODULE_NAME, str(p))  # any extension, not only .py
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(MODULE_NAME, loader))
+    folder = str(p.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    sys.modules[MODULE_NAME] = module  # dataclasses and pickling look their module up here
+    try:
+        loader.exec_module(module)
+    except SyntaxError as e:
+        raise CLIError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the user's file is reported in one line
+        line = _line_in(e, p)
+        where = f"{path}:{line}" if line else path
+        raise CLIError(f"{where}: {type(e).__name__} while importing the model file: {e}") from None
+    return module
+
+
+def _defined_functions(module: ModuleType) -> list[str]:
+    return [name for name, obj in vars(module).items()
+            if inspect.isfunction(obj) and obj.__module__ == module.__name__ and not name.startswith("_")
+            and name != "example_inputs"]
+
+
+def _has_annotations(fn) -> bool:
+    try:
+        params = inspect.signature(fn, eval_str=True).parameters.values()
+    except Exception:  # noqa: BLE001 - an unreadable signature simply does not qualify
+        return False
+    return any(isinstance(p.annotation, (TensorSpec, SpecDType)) for p in params)
+
+
+def pick_function(module: ModuleType, name: str | None, path: str):
+    """`--fn NAME`, else `loss`, else `model`, else the one function with example inputs."""
+    defined = _defined_functions(module)
+    listing = ", ".join(defined) or "none"
+    if name is not None:
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise CLIError(f"{path}: no function {name!r} (functions defined there: {listing})")
+        return fn
+    for default in DEFAULT_FUNCTIONS:
+        if callable(getattr(module, default, None)):
+            return getattr(module, default)
+    candidates = defined if hasattr(module, "example_inputs") else [n for n in defined
+                                                                     if _has_annotations(getattr(module, n))]
+    if len(candidates) == 1:
+        return getattr(module, candidates[0])
+    if not candidates:
+        raise CLIError(f"{path}: no function to trace (functions defined there: {listing}); name one `loss`, "
+                       f"pick one with --fn, and {CONVENTION}")
+    raise CLIError(f"{path}: several functions could be traced ({', '.join(candidates)}); pick one with --fn")
+
+
+def _parse_argnums(text: str | None, fn, nargs: int, path: str) -> tuple[int, ...] | None:
+    """`--argnums 0,2` or `--argnums w1,b1` (parameter names)."""
+    if text is None:
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    out = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        if item.lstrip("-").isdigit():
+            n = int(item)
+        elif item in params:
+            n = params.index(item)
+        else:
+            raise CLIError(f"{path}: --argnums {item!r} is neither a position nor a parameter of {fn.__name__} "
+                           f"({', '.join(params)})")
+        if not -nargs <= n < nargs:
+            raise CLIError(f"{path}: --argnums {n} is out of range for {nargs} arguments of {fn.__name__}")
+        out.append(n % nargs)
+    return tuple(out)
+
+
+@dataclass
+class Target:
+    """A model-file function, its example arguments and the positional arguments to differentiate."""
+
+    path: str
+    module: ModuleType
+    fn: Any
+    args: tuple
+    argnums: tuple[int, ...]
+    origin: str
+
+
+def load_target(path: str, fn_name: str | None, argnums: str | None) -> Target:
+    """Load the file, pick the function, build its example inputs and argnums (CLIError on any problem)."""
+    module = load_model(path)
+    fn = pick_function(module, fn_name, path)
+    try:
+        ex = resolve_example(fn, module)
+    except ModelFileError as e:
+        raise CLIError(f"{path}: {e}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - example_inputs() is user code
+        line = _line_in(e, Path(path))
+        where = f"{path}:{line}" if line else path
+        raise CLIError(f"{where}: {type(e).__name__} in example_inputs(): {e}") from None
+    nums = _parse_argnums(argnums, fn, len(ex.args), path)
+    if nums is None:
+        nums = ex.argnums if ex.argnums is not None else default_argnums(ex.args)
+    if not nums:
+        raise CLIError(f"{path}: {fn.__name__} has no floating-point argument to differentiate; choose with --argnums")
+    return Target(path, module, fn, ex.args, nums, ex.origin)
+
+
+@contextlib.contextmanager
+def _user_code(path: str):
+    """Turn failures of the user's function into one-line CLIErrors; gradir's own bugs still raise."""
+    try:
+        yield
+    except CLIError:
+        raise
+    except GradirError as e:
+        raise CLIError(f"{path}: {type(e).__name__}: {e}") from None
+    except Exception as e:
+        tb = e.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        line = _line_in(e, Path(path))
+        if line is None or tb.tb_frame.f_globals.get("__name__", "").startswith("gradir"):
+            raise
+        raise CLIError(f"{path}:{line}: {type(e).__name__}: {e}") from None
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+
+def _human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n:,} B ({n / scale:.2f} {unit})"
+    return f"{n:,} B"
+
+
+def _arg_names(fn, nargs: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(nargs)]
+
+
+def _type_of(x) -> str:
+    leaves, _ = tree_flatten(x)
+    if len(leaves) != 1:
+        return f"pytree of {len(leaves)} arrays"
+    a = np.asarray(leaves[0])
+    dt = dtypes.weak_dtype(leaves[0], None) if isinstance(leaves[0], (bool, int, float, complex)) else a.dtype
+    return f"{dtypes.short(dt)}[{','.join(map(str, a.shape))}]"
+
+
+def _print_ir(console: Console, title: str, graph: gr.Graph, full: bool):
+    console.rule(title, style="cyan")
+    console.out(graph.to_text(full=full), highlight=False)  # verbatim: no markup, emoji or wrapping
+
+
+def _summary(console: Console, t: Target, j) -> None:
+    saved = [v for v in j.residuals if v.op != "input"]
+    saved_bytes = sum(v.nbytes for v in saved)
+    names = _arg_names(t.fn, len(t.args))
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("function", f"{t.fn.__name__} ({t.path}, example inputs from {t.origin})")
+    table.add_row("arguments", ", ".join(f"{n}: {_type_of(a)}" for n, a in zip(names, t.args)))
+    table.add_row("differentiated", ", ".join(names[i] for i in t.argnums))
+    results = len(j.forward.outputs) - len(j.residuals)
+    table.add_row("forward", f"{len(j.forward.nodes)} nodes, {len(j.forward.outputs)} outputs "
+                             f"({results} result{'s' * (results != 1)} + {len(j.residuals)} saved)")
+    table.add_row("backward", f"{len(j.backward.nodes)} nodes, {len(j.backward.outputs)} gradients")
+    table.add_row("saved for backward", f"{len(j.residuals)} values: {len(j.residuals) - len(saved)} inputs "
+                                        f"(no new memory) + {len(saved)} computed, {_human_bytes(saved_bytes)}")
+    console.rule("summary", style="cyan")
+    console.print(table, markup=False, highlight=False)
+    if saved:
+        values = Table(title="computed values saved for backward", title_justify="left")
+        for col in ("backward input", "type", "bytes", "source"):
+            values.add_column(col)
+        names_in_bwd = {r: b.attrs.get("name") for r, b in zip(j.residuals, j.backward.inputs)}
+        for v in saved:
+            values.add_row(str(names_in_bwd[v]), v.type_str, f"{v.nbytes:,}", v.source or "")
+        console.print(values, markup=False, highlight=False)
+
+
+def _reports(console: Console, j) -> None:
+    """Schedule and memory reports, printed when this gradir version has them."""
+    for attr in ("schedule", "memory"):
+        report = getattr(j, attr, None)
+        if report is not None and hasattr(report, "table"):
+            console.rule(attr, style="cyan")
+            console.print(report.table())
+
+
+def _fail(e: CLIError):
+    typer.echo(f"gradir: error: {e}", err=True)
+    raise typer.Exit(e.code)
+
+
+# -- commands -----------------------------------------------------------------------------------------
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"gradir {gr.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False):
+    """gradir: trace, differentiate and inspect Python functions as SSA graphs."""
+
+
+FILE_HELP = "Python model file (entry function plus example_inputs() or gr.f32[...] annotations)."
+FN_HELP = "Function to trace (default: loss, then model, then the only function in the file)."
+ARGNUMS_HELP = "Arguments to differentiate: positions or parameter names, comma-separated (default: all float ones)."
+
+
+@app.command()
+def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+          fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
+          argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+          out: Annotated[Path | None, typer.Option("--out", help="Also write the IR text files into this folder.")] = None,
+          viz: Annotated[bool, typer.Option("--viz", help="Draw diagrams (needs gradir.viz).")] = False,
+          full: Annotated[bool, typer.Option("--full", help="Print large constants in full (so the IR parses back).")] = False):
+    """Trace FILE's function, differentiate it, and print the forward and backward IR."""
+    console = Console(soft_wrap=True)
+    try:
+        t = load_target(file, fn, argnums)
+        with _user_code(file):
+            j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums)
+    except CLIError as e:
+        _fail(e)
+    _print_ir(console, f"forward: {t.fn.__name__}'s inputs -> result + values saved for backward", j.forward, full)
+    _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full)
+    _summary(console, t, j)
+    _reports(console, j)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for part, graph in (("forward", j.forward), ("backward", j.backward)):
+            path = out / f"{t.fn.__name__}.{part}.ir"
+            path.write_text(graph.to_text(full=True) + "\n")
+            console.print(f"wrote {path}", markup=False, highlight=False)
+    if viz:
+        render = getattr(j, "render", None)
+        if render is None:
+            typer.echo("gradir: note: --viz diagrams come in a later version; nothing drawn", err=True)
+        else:
+            written = render(str((out or Path("gradir_out")) / t.fn.__name__))
+            console.print(f"diagrams: {written}", markup=False, highlight=False)
+
+
+def _as_float64(x):
+    if isinstance(x, float):
+        return x
+    a = np.asarray(x)
+    return a.astype(np.float64) if dtypes.is_float(a.dtype) else x
+
+
+@app.command()
+def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+          fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
+          argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+          forward_mode: Annotated[bool, typer.Option("--fwd", help="Also check forward mode (one jvp per coordinate).")] = False):
+    """Check FILE's gradients coordinate by coordinate against central differences, in float64."""
+    try:
+        checks = importlib.import_module("gradir.checks")
+    except ModuleNotFoundError:
+        _fail(CLIError("gradir.checks is not available in this version; nothing was checked", EXIT_FAILED))
+    try:
+        t = load_target(file, fn, argnums)
+        args = tuple(tree_map(_as_float64, a) for a in t.args)  # float32 differences are too coarse to judge
+        with _user_code(file):
+            try:
+                checks.gradcheck(t.fn, *args, argnums=t.argnums, modes=("rev", "fwd") if forward_mode else ("rev",))
+            except checks.GradcheckError as e:
+                raise CLIError(f"{file}: gradcheck failed: {e}", EXIT_FAILED) from None
+    except CLIError as e:
+        _fail(e)
+    names = _arg_names(t.fn, len(t.args))
+    count = sum(np.size(x) for i in t.argnums for x in tree_flatten(t.args[i])[0])
+    typer.echo(f"gradcheck passed: {t.fn.__name__}, {count} coordinates of {', '.join(names[i] for i in t.argnums)} "
+               f"agree with central differences (float64)")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,311 @@
+"""The `gradir` command line and the model-file convention (gradir.cli, gradir.specs).
+
+The printed IR is checked by parsing it back and *running* it: the forward and backward programs
+the CLI prints must compute TEACHING.md A's figures and PyTorch's float64 gradients of the MLP.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import gradir as gr
+from gradir.backends import run
+from gradir.cli import app
+from gradir.errors import ModelFileError
+from gradir.passes import run_pipeline
+from gradir.specs import TensorSpec, default_argnums, example_args, resolve_example
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TANH = REPO / "examples" / "models" / "tanh_scalar.py"
+MLP = REPO / "examples" / "models" / "mlp.py"
+GRAPH = re.compile(r"^graph \S+ \{$.*?^\}$", re.S | re.M)
+
+try:
+    runner = CliRunner(mix_stderr=False)  # click < 8.2 mixes stderr into stdout unless told not to
+except TypeError:
+    runner = CliRunner()  # click >= 8.2 keeps them apart
+
+
+def _import(path: pathlib.Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _graphs(stdout: str) -> tuple[gr.Graph, gr.Graph]:
+    texts = GRAPH.findall(stdout)
+    assert len(texts) == 2, stdout
+    return gr.Graph.parse(texts[0]).verify(), gr.Graph.parse(texts[1]).verify()
+
+
+def _trace(*args: str):
+    result = runner.invoke(app, ["trace", *args])
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def _run_printed(forward: gr.Graph, backward: gr.Graph, args: list) -> tuple[float, list]:
+    """Run the printed programs: forward -> (loss, saved...), backward(saved..., 1.0) -> gradients."""
+    outs = run(forward, args)
+    loss, saved = outs[0], outs[1:]
+    grads = run(backward, list(saved) + [np.ones((), dtype=np.asarray(loss).dtype)])
+    return float(loss), grads
+
+
+# -- gradir trace -----------------------------------------------------------------------------------
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"gradir {importlib.metadata.version('gradir')}"
+
+
+def test_trace_tanh_scalar_prints_ir_that_parses_and_matches_trace():
+    forward, backward = _graphs(_trace(str(TANH)).stdout)
+    module = _import(TANH, "tanh_scalar_oracle")
+    traced = gr.trace(module.loss, 1.5, -2.0)
+    # the printed forward is the traced function plus the values it saves for backward
+    assert len(forward.outputs) > 1
+    forward.outputs = forward.outputs[:1]
+    forward.name = traced.name
+    assert str(forward) == str(traced)
+    assert [x.attrs["name"] for x in backward.inputs][-1] == "ct0"
+    assert [o.shape for o in backward.outputs] == [(), ()]
+
+
+def test_printed_tanh_scalar_programs_compute_teaching_figures():
+    forward, backward = _graphs(_trace(str(TANH)).stdout)
+    loss, (da, db) = _run_printed(forward, backward, [np.float64(1.5), np.float64(-2.0)])
+    assert loss == pytest.approx(-0.9051482536, abs=1e-10)
+    assert float(da) == pytest.approx(-0.1807066389, abs=1e-10)
+    assert float(db) == pytest.approx(0.2710599584, abs=1e-10)
+
+
+def test_mlp_differentiates_parameters_and_matches_torch():
+    out = _trace(str(MLP)).stdout
+    assert re.search(r"^differentiated\s+w1, b1, w2, b2\s*$", out, re.M), out
+    forward, backward = _graphs(out)
+    module = _import(MLP, "mlp_oracle")
+    args = example_args(module.loss)
+    assert [o.shape for o in backward.outputs] == [a.shape for a in args[2:]]
+    # forward programs in float64 (same ops, same graph) so torch float64 is a tight oracle
+    loss, grads = _run_printed(_as_f64(forward), _as_f64(backward), [_f64(a) for a in args])
+
+    x, labels, *params = (torch.from_numpy(_f64(a)) for a in args)
+    params = [p.requires_grad_() for p in params]
+    w1, b1, w2, b2 = params
+    ref = torch.nn.functional.cross_entropy(torch.tanh(x @ w1 + b1) @ w2 + b2, labels)
+    ref.backward()
+    assert loss == pytest.approx(ref.item(), rel=1e-12)
+    for g, p in zip(grads, params):
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _f64(a):
+    a = np.asarray(a)
+    return a.astype(np.float64) if a.dtype == np.float32 else a
+
+
+def _as_f64(g: gr.Graph) -> gr.Graph:
+    """The printed text with f32 replaced by f64: the same program, evaluated in float64."""
+    return gr.Graph.parse(str(g).replace("f32", "f64")).verify()
+
+
+def test_mlp_forward_matches_trace_and_saves_only_new_memory_it_reports():
+    out = _trace(str(MLP)).stdout
+    forward, backward = _graphs(out)
+    module = _import(MLP, "mlp_oracle2")
+    # cleanup (constant folding, cse, dce) runs on the joint graph, so compare with the cleaned trace
+    traced = run_pipeline(gr.trace(module.loss, *example_args(module.loss)))
+    saved = forward.outputs[1:]
+    forward.outputs, forward.name = forward.outputs[:1], traced.name
+    assert str(forward) == str(traced)
+    computed = [v for v in saved if v.op != "input"]
+    total = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in computed)
+    assert f"{len(saved)} values: {len(saved) - len(computed)} inputs" in out
+    assert f"{total:,} B" in out
+
+
+def test_subprocess_python_m_gradir():
+    proc = subprocess.run([sys.executable, "-m", "gradir", "trace", "examples/models/tanh_scalar.py"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    forward, backward = _graphs(proc.stdout)
+    loss, (da, db) = _run_printed(forward, backward, [np.float64(1.5), np.float64(-2.0)])
+    assert float(db) == pytest.approx(0.2710599584, abs=1e-10)
+
+
+def test_out_writes_parseable_ir(tmp_path):
+    out = _trace(str(TANH), "--out", str(tmp_path)).stdout
+    forward, backward = _graphs(out)
+    assert gr.Graph.parse((tmp_path / "loss.forward.ir").read_text()).to_text() == forward.to_text()
+    assert gr.Graph.parse((tmp_path / "loss.backward.ir").read_text()).to_text() == backward.to_text()
+
+
+def test_argnums_by_name_and_position():
+    by_name = _graphs(_trace(str(MLP), "--argnums", "w2,b2").stdout)[1]
+    by_pos = _graphs(_trace(str(MLP), "--argnums", "4,5").stdout)[1]
+    assert [o.shape for o in by_name.outputs] == [(32, 4), (4,)]
+    assert str(by_name) == str(by_pos)
+
+
+def test_viz_says_it_is_not_there_yet():
+    if hasattr(gr.trace_grad(lambda a: a * a, 1.0), "render"):
+        pytest.skip("this gradir draws diagrams; the viz tests cover --viz")
+    result = _trace(str(TANH), "--viz")
+    assert "later version" in result.stderr and len(GRAPH.findall(result.stdout)) == 2
+
+
+# -- choosing the function --------------------------------------------------------------------------
+
+
+def _write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_picks_the_only_annotated_function(tmp_path):
+    path = _write(tmp_path, "cube.py", "import gradir as gr\n\ndef helper(x):\n    return x\n\n"
+                  "def cube(x: gr.f64[3]):\n    return gr.sum(x * x * x)\n")
+    forward, backward = _graphs(_trace(path).stdout)
+    x = example_args(_import(pathlib.Path(path), "cube_oracle").cube)[0]
+    _, (g,) = _run_printed(forward, backward, [x])
+    np.testing.assert_allclose(g, 3 * x**2, rtol=1e-14)  # d/dx sum(x^3) = 3x^2
+
+
+def test_fn_option_and_model_default(tmp_path):
+    text = ("import gradir as gr\n\ndef model(a: gr.f64):\n    return gr.sin(a)\n\n"
+            "def other(a: gr.f64):\n    return gr.exp(a)\n")
+    path = _write(tmp_path, "two.py", text)
+    assert "sin" in str(_graphs(_trace(path).stdout)[0])
+    forward = _graphs(_trace(path, "--fn", "other").stdout)[0]
+    assert "exp" in str(forward) and "sin" not in str(forward)
+
+
+# -- errors: one line on stderr, exit code 2, the file named, no traceback --------------------------
+
+
+def _error(args: list[str], code: int = 2) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    err = result.stderr.rstrip("\n")
+    assert err and "\n" not in err, err
+    assert "Traceback" not in result.output
+    return err
+
+
+def test_missing_file(tmp_path):
+    path = str(tmp_path / "nope.py")
+    assert path in _error(["trace", path])
+
+
+def test_syntax_error(tmp_path):
+    path = _write(tmp_path, "broken.py", "import gradir as gr\n\ndef loss(a:\n    return a\n")
+    err = _error(["trace", path])
+    assert "broken.py:3" in err and "syntax error" in err
+
+
+def test_exception_while_importing(tmp_path):
+    path = _write(tmp_path, "boom.py", "import gradir as gr\n\nraise RuntimeError('no data here')\n")
+    err = _error(["trace", path])
+    assert "boom.py:3" in err and "RuntimeError" in err and "no data here" in err
+
+
+def test_model_without_example_inputs(tmp_path):
+    path = _write(tmp_path, "bare.py", "import gradir as gr\n\ndef loss(a, b):\n    return gr.tanh(a * b)\n")
+    err = _error(["trace", path])
+    assert "bare.py" in err and "example_inputs()" in err and "gr.f32[32, 256]" in err
+
+
+def test_unknown_fn(tmp_path):
+    err = _error(["trace", str(TANH), "--fn", "nosuch"])
+    assert "tanh_scalar.py" in err and "'nosuch'" in err and "loss" in err
+
+
+def test_error_while_tracing_names_the_model_line(tmp_path):
+    path = _write(tmp_path, "branchy.py", "import gradir as gr\n\ndef loss(a: gr.f64):\n"
+                  "    if a > 0:\n        return a\n    return -a\n")
+    err = _error(["trace", path])
+    assert "branchy.py" in err and "branchy.py:4" in err and "TracedControlFlowError" in err
+
+
+def test_bad_argnums(tmp_path):
+    err = _error(["trace", str(MLP), "--argnums", "w9"])
+    assert "mlp.py" in err and "'w9'" in err
+
+
+# -- gradir check ------------------------------------------------------------------------------------
+
+
+def test_check_passes_on_examples():
+    for path in (TANH, MLP):
+        result = runner.invoke(app, ["check", str(path)])
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert "passed" in result.stdout
+
+
+def test_check_fails_when_autodiff_and_differences_disagree(tmp_path):
+    # stop_gradient makes autodiff see d/da = a while the function's true slope is 2a
+    path = _write(tmp_path, "lying.py", "import gradir as gr\n\ndef loss(a: gr.f64[2]):\n"
+                  "    return gr.sum(gr.stop_gradient(a) * a)\n")
+    err = _error(["check", path], code=1)
+    assert "lying.py" in err and "gradcheck failed" in err
+
+
+# -- gradir.specs --------------------------------------------------------------------------------------
+
+
+def test_spec_shapes_dtypes_and_examples():
+    assert gr.f32[32, 256] == TensorSpec((32, 256), np.float32)
+    assert gr.f64[()].shape == () and gr.bf16[4].shape == (4,)
+    rng = np.random.default_rng(1)
+    x = gr.f32[50, 4].example(rng)
+    assert x.shape == (50, 4) and x.dtype == np.float32 and 0.5 < x.std() < 1.5
+    idx = gr.i64[1000](low=3, high=27).example(rng)
+    assert idx.dtype == np.int64 and idx.min() >= 3 and idx.max() < 27 and len(set(idx.tolist())) == 24
+    with pytest.raises(ModelFileError, match="high="):
+        gr.i64[3].example(rng)
+    with pytest.raises(ModelFileError, match="non-negative"):
+        gr.f32[3, -1]
+    with pytest.raises(ModelFileError, match="integer specs"):
+        gr.f32[3](high=2)
+
+
+def test_example_args_from_annotations_are_fixed_and_follow_grad_flags():
+    def loss(x: gr.f32[4, 3](grad=False), y: gr.i32[4](high=3), w: gr.f32[3], b: gr.f64, scale=2.0):
+        return gr.sum(x @ w) * b * scale
+
+    first, second = resolve_example(loss), resolve_example(loss)
+    assert [np.shape(a) for a in first.args] == [(4, 3), (4,), (3,), ()]
+    assert all(np.array_equal(a, b) for a, b in zip(first.args, second.args))
+    assert first.argnums == (2, 3)
+    assert default_argnums(first.args) == (0, 2, 3)  # without annotations: every float argument
+
+
+def test_example_inputs_tuple_and_dict(tmp_path):
+    as_tuple = _import(pathlib.Path(_write(tmp_path, "t.py", "def loss(a, b):\n    return a * b\n\n"
+                                           "def example_inputs():\n    return (1.5, -2.0)\n")), "t_mod")
+    assert example_args(as_tuple.loss, as_tuple) == (1.5, -2.0)
+    as_dict = _import(pathlib.Path(_write(tmp_path, "d.py", "def loss(a, b):\n    return a * b\n\n"
+                                          "def example_inputs():\n    return {'args': (1.0, 2.0), 'argnums': 1}\n")),
+                      "d_mod")
+    ex = resolve_example(as_dict.loss, as_dict)
+    assert ex.args == (1.0, 2.0) and ex.argnums == (1,)
+    wrong = _import(pathlib.Path(_write(tmp_path, "w.py", "def loss(a, b):\n    return a * b\n\n"
+                                        "def example_inputs():\n    return (1.0,)\n")), "w_mod")
+    with pytest.raises(ModelFileError, match="do not fit loss"):
+        example_args(wrong.loss, wrong)
