@@ -4,7 +4,7 @@
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
-from gradir import dtypes, errors, nn  # noqa: F401 - nn: the gr.nn namespace
+from gradir import checks, dtypes, errors, nn  # noqa: F401 - the gr.checks and gr.nn namespaces
 from gradir.api import compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.errors import GradirError

@@ -1,0 +1,330 @@
+"""Teaching examples A-D: every figure TEACHING.md gives, asserted to its printed precision, plus
+independent oracles (float64 torch autograd, hand-derived rules) for what the examples add."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+
+import gradir as gr
+from gradir.ops.elementwise import INEXACT, _check_dtype
+from gradir.primitive import REGISTRY, Primitive, register
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(module):
+    """main()'s returned figures and its printed text."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        figures = module.main()
+    return figures, buf.getvalue()
+
+
+def close(x, expected, decimals):
+    """x equals `expected` to the printed precision (half a unit in the last printed decimal)."""
+    return np.all(np.abs(np.asarray(x, dtype=float) - np.asarray(expected, dtype=float)) <= 0.5 * 10.0 ** -decimals + 1e-15)
+
+
+def sig(x, expected, digits):
+    """x rounds to `expected` at `digits` significant figures (for figures printed like 8.78e-4)."""
+    scale = 10.0 ** (math.floor(math.log10(abs(expected))) - digits + 1)
+    return abs(x - expected) <= 0.5 * scale
+
+
+def torch_grads(fn, *arrays, upstream=None):
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
+    out = fn(*ts)
+    out.backward(torch.ones_like(out) if upstream is None else torch.tensor(upstream, dtype=torch.float64))
+    return out.detach().numpy(), [t.grad.numpy() for t in ts]
+
+
+# -- A ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def a():
+    return run(load("a_scalar_three_ways"))
+
+
+def test_a_tape_and_ir_values(a):
+    f, text = a
+    for key, dec in (("L", 10), ("ir_L", 10)):
+        assert close(f[key], -0.9051482536, dec)
+    for prefix in ("", "ir_"):
+        assert close(f[prefix + "dL_da"], -0.1807066389, 10)
+        assert close(f[prefix + "dL_db"], 0.2710599584, 10)
+    assert f["m"] == -3.0 and f["z"] == -1.5
+    assert close(f["dL_dz"], 0.1807066389, 10)
+    _, (ta, tb) = torch_grads(lambda a, b: torch.tanh(a * b + a), 1.5, -2.0)
+    assert abs(f["ir_dL_da"] - ta) < 1e-15 and abs(f["ir_dL_db"] - tb) < 1e-15
+    assert f["tape_vs_ir"] < 1e-15
+    for figure in ("-0.9051482536", "-0.1807066389", "0.2710599584", "graph loss {"):
+        assert figure in text
+
+
+def test_a_two_paths_into_a(a):
+    f, text = a
+    assert close(f["path_via_m"], -0.3614132778, 10)
+    assert close(f["path_direct"], 0.1807066389, 10)
+    assert f["path_total"] == f["path_via_m"] + f["path_direct"]
+    assert abs(f["path_total"] - f["ir_dL_da"]) < 1e-16
+    assert "-0.3614132778" in text and "+0.1807066389" in text
+
+
+def test_a_finite_difference_sweep(a):
+    f, text = a
+    assert close(f["central_h01"], -0.1815845310, 10)
+    assert "-0.1815845310" in text
+    c = {h: row["central"] for h, row in f["sweep"].items()}
+    for h, err in ((1e-1, 8.78e-4), (1e-2, 8.78e-6), (1e-4, 8.78e-10)):  # truncation: 3 figures
+        assert sig(c[h], err, 3)
+    for h, err in ((1e-5, 6.7e-12), (1e-8, 3.8e-10), (1e-10, 7.8e-8), (1e-12, 1.8e-5)):  # round-off: "~", 2 figures
+        assert sig(c[h], err, 2)
+    assert min(c.values()) == pytest.approx(c[1e-5])  # the valley
+    assert close(f["slope_forward"], 0.993, 3)
+    assert close(f["slope_central"], 2.000, 3)
+
+
+def test_a_complex_step_and_controls(a):
+    f, _ = a
+    for table in (f["complex_step"], f["complex_step_gradir"]):
+        assert 1e-250 in table
+        for h, err in table.items():
+            if h <= 1e-8:
+                assert err <= 3e-17
+    assert f["complex_step"][1e-1] > 1e-4  # large steps still have truncation error
+    assert f["relu_pos"] == 1.0 and f["relu_neg"] == 0.0
+    assert f["abs_pos"] == 0.0 and f["abs_pos_central"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_a_engine_bugs(a):
+    f, _ = a
+    oa, ob = f["bug_overwrite"]
+    assert close(oa, -0.3614132778, 10) and close(ob, 0.2710599584, 10)
+    assert f["bug_forward_order"] == (0.0, 0.0)
+
+
+# -- B ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def b_module():
+    return load("b_checking_gradients")
+
+
+@pytest.fixture(scope="module")
+def b(b_module):
+    return run(b_module)
+
+
+def test_b_directional_checks(b, b_module):
+    f, text = b
+    d = f["directional"]
+    assert len(d["errors"]) == 5 and max(d["errors"]) <= 2e-10
+    t = np.tanh(b_module.A @ b_module.X0)
+    np.testing.assert_allclose(d["grad"], b_module.A.T @ (2 * t * (1 - t * t)), atol=1e-14)  # hand-derived
+    for v in d["directions"]:
+        assert np.linalg.norm(v) == pytest.approx(1.0)
+    assert "directional check" in text
+
+
+def test_b_negative_control(b):
+    d = b[0]["directional"]
+    assert d["coordinate0_error"] <= 2e-10  # coordinate 0 knows nothing of coordinate 3
+    for err, v3 in zip(d["bad_errors"], d["bad_v3"]):
+        assert 1e-3 < err < 1e-1
+        assert err == pytest.approx(0.1 * v3, rel=1e-6)
+
+
+def test_b_cross_entropy_against_p_minus_y(b):
+    ce = b[0]["cross_entropy"]
+    assert ce["numeric_vs_closed"] < 1e-8
+    assert ce["grad_vs_closed"] < 1e-14
+    logits = torch.tensor(ce["logits"], requires_grad=True)
+    torch.nn.functional.cross_entropy(logits, torch.tensor(ce["targets"]), reduction="sum").backward()
+    np.testing.assert_allclose(ce["numeric"], logits.grad.numpy(), atol=1e-8)
+
+
+def test_b_every_differentiable_primitive_passes_gradcheck(b):
+    ops = b[0]["ops"]
+    assert set(ops) == {n for n, p in REGISTRY.items() if p.differentiable}
+    failed = {n: r["status"] for n, r in ops.items() if r["status"] != "pass"}
+    assert not failed, failed
+    assert {"tanh", "matmul", "sum", "take", "where", "cross_entropy", "unfold"} <= set(ops)
+
+
+def test_b_op_check_catches_a_broken_rule(b_module):
+    def infer(x):
+        _check_dtype("broken_exp", x.dtype, INEXACT)
+        return x.shape, x.dtype
+
+    register(Primitive("broken_exp", ("x",), infer, "np.exp(x)", vjp=lambda g, o, x: [g * o * 0.99],
+                       jvp=lambda ts, o, x: None if ts[0] is None else ts[0] * o, kind="elementwise"))
+    try:
+        res = b_module.check_op("broken_exp", b_module._generic_recipe("broken_exp"))
+    finally:
+        del REGISTRY["broken_exp"]
+    assert res["status"].startswith("FAIL") and "reverse mode" in res["status"]
+
+
+# -- C ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def c_module():
+    return load("c_forward_vs_reverse")
+
+
+def test_c_both_modes_agree_with_the_figures(c_module):
+    f, text = run(c_module)
+    expected = [-0.068031297262, 0.051023472946, 0.017007824315, -0.051023472946]
+    assert close(f["grad_forward"], expected, 12) and close(f["grad_reverse"], expected, 12)
+    assert f["max_diff"] == 0.0  # observed exactly 0: the two modes round identically here
+    _, tg = torch_grads(lambda *x: torch.tanh(x[0] * x[1] + x[2] * x[2] + x[3] * x[3]), *c_module.X)
+    np.testing.assert_allclose(f["grad_reverse"], tg, atol=1e-15)
+    assert "-0.068031297262" in text
+
+
+def test_c_operation_counts_from_the_ir(c_module):
+    f, text = run(c_module)
+    assert f["forward_graph_ops"] == 6 and f["seeds"] == 4
+    assert f["forward_mode_op_evaluations"] == 24
+    assert f["reverse_forward_ops"] == 6 and f["reverse_backward_rules"] == 6
+    assert f["forward_mode_nonzero_tangent_rules"] == [4, 4, 4, 3]
+    assert "4 seeds x 6 ops = 24" in text and "6 backward (VJP) rules" in text
+
+
+def test_c_counts_follow_the_graph(c_module):
+    # a node behind stop_gradient and its operand receive no cotangent: counted from the IR, not fixed
+    g = gr.trace(lambda x0, x1, x2, x3: gr.tanh(x0 * x1) + gr.stop_gradient(x2 * x3), 1.0, 2.0, 3.0, 4.0)
+    assert len(c_module.forward_ops(g)) == 5
+    assert [n.op for n in c_module.cotangent_receivers(g)] == ["multiply", "tanh", "add"]
+
+
+# -- D ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def d_module():
+    return load("d_matrix_softmax_attention_norm")
+
+
+@pytest.fixture(scope="module")
+def d(d_module):
+    return run(d_module)
+
+
+def test_d_matmul_rules(d, d_module):
+    m = d[0]["matmul"]
+    assert close(m["Y"], [[6.5, 8], [17, 14]], 12)
+    assert close(m["dX"], [[-1, 2, 6.5], [-1.5, -2, 1]], 12)
+    assert close(m["dW"], [[-3, 4], [-3, 6.5], [-3, 9]], 12)
+    _, (tx, tw) = torch_grads(lambda x, w: x @ w, d_module.X, d_module.W, upstream=d_module.G_Y)
+    np.testing.assert_allclose(m["dX"], tx, atol=1e-15)
+    np.testing.assert_allclose(m["dW"], tw, atol=1e-15)
+
+
+def test_d_softmax_cross_entropy(d):
+    s, text = d[0]["softmax"], d[1]
+    assert close(s["p"], [0.785597034589, 0.175290392140, 0.039112573271], 12)
+    assert close(s["L"], 0.241311296657, 12)
+    assert close(s["dL_dz"], [-0.214402965411, 0.175290392140, 0.039112573271], 12)
+    assert abs(s["dL_dz_sum"]) < 1e-15
+    assert np.all(np.isinf(s["naive_exp"])) and np.all(np.isnan(s["naive_softmax"]))
+    assert close(s["stable_softmax"], [0.665240955775, 0.244728471055, 0.090030573170], 12)
+    assert "0.241311296657" in text and "nan" in text
+
+
+def test_d_softmax_overflow_is_warning_free(d_module):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d_module.softmax_part(lambda *a, **k: None)
+
+
+def test_d_attention_head(d, d_module):
+    r = d[0]["attention"]
+    figures = {
+        "A": [[0.6698, 0.3302], [0.4125, 0.5875]], "O": [[1.3395, 0.3210], [0.8250, 1.3499]],
+        "dV": [[0.2572, 0.4902], [-0.2572, 1.0098]], "dA": [[2.5, -1.5], [-4, 6]],
+        "dS": [[0.8847, -0.8847], [-2.4235, 2.4235]], "dQ": [[0.6256, -0.6256], [-1.7137, 1.7137]],
+        "dK": [[-0.2312, -1.7137], [0.2312, 1.7137]],
+    }
+    for key, want in figures.items():
+        assert close(r[key], want, 4), key
+    assert np.all(np.abs(r["dS_row_sums"]) < 1e-15)
+    assert r["chain_vs_whole"] < 1e-15 and not r["any_nan"]
+    assert "0.6698" in d[1] and "-2.4235" in d[1]
+
+
+def _torch_head(q, k, v, mask=None):
+    s = q @ k.T / math.sqrt(q.shape[1])
+    if mask is not None:
+        s = s.masked_fill(~torch.tensor(mask), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_d_attention_against_torch(d, d_module, masked):
+    r = d[0]["causal" if masked else "attention"]
+    mask = d_module.CAUSAL if masked else None
+    out, (tq, tk, tv) = torch_grads(lambda q, k, v: _torch_head(q, k, v, mask), d_module.Q, d_module.K, d_module.V,
+                                    upstream=d_module.G_O)
+    for mine, ref in ((r["O"], out), (r["dQ"], tq), (r["dK"], tk), (r["dV"], tv)):
+        np.testing.assert_allclose(mine, ref, atol=1e-14)
+
+
+def test_d_causal_mask_zero_probability_zero_gradient(d, d_module):
+    r = d[0]["causal"]
+    masked = ~d_module.CAUSAL
+    assert not r["any_nan"]
+    assert np.all(r["A"][masked] == 0) and np.all(r["dS"][masked] == 0)
+    assert np.all(r["dQ"][0] == 0)  # query 0 sees one key: its softmax is constant 1
+    np.testing.assert_allclose(r["A"].sum(axis=1), 1.0, atol=1e-15)
+
+
+def test_d_layer_norm(d, d_module):
+    n = d[0]["layer_norm"]
+    assert close(n["mean"], 2.333333333333, 12) and close(n["var"], 1.555555555556, 12)
+    assert close(n["rstd"], 0.801781148588, 12)
+    assert close(n["xhat"], [-1.069041531450, -0.267260382863, 1.336301914313], 12)
+    assert close(n["dx"], [1.088132295123, -1.632197154115, 0.544064858993], 12)
+    assert close(n["dgamma"], [-1.069041531450, 0.534520765725, 0.668150957156], 12)
+    assert close(n["dbeta"], [1, -2, 0.5], 12)
+    assert np.max(np.abs(n["dx"] - n["dx_hand"])) < 1e-14
+    ln = lambda x, g, b: torch.nn.functional.layer_norm(x, (3,), g, b, eps=d_module.EPS)
+    y, (tx, tg, tb) = torch_grads(ln, d_module.LN_X, d_module.GAMMA, d_module.BETA, upstream=d_module.LN_UP)
+    np.testing.assert_allclose(n["y"], y, atol=1e-14)
+    np.testing.assert_allclose(n["dx"], tx, atol=1e-14)
+    np.testing.assert_allclose(n["dgamma"], tg, atol=1e-14)
+
+
+def test_d_residual_two_routes(d, d_module):
+    r = d[0]["residual"]
+    np.testing.assert_array_equal(r["direct"], d_module.LN_UP)
+    assert r["routes_vs_total"] < 1e-15
+    assert np.max(np.abs(r["via_branch"])) > 0.1  # the second route carries real gradient
+
+    def block(x):
+        ln = torch.nn.functional.layer_norm(x, (3,), torch.tensor(d_module.GAMMA), torch.tensor(d_module.BETA),
+                                            eps=d_module.EPS)
+        return x + torch.tanh(ln @ torch.tensor(d_module.WF))
+    y, (tx,) = torch_grads(block, d_module.LN_X, upstream=d_module.LN_UP)
+    np.testing.assert_allclose(r["y"], y, atol=1e-14)
+    np.testing.assert_allclose(r["total"], tx, atol=1e-14)
