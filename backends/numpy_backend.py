@@ -58,59 +58,81 @@ def _input_names(graph: Graph) -> list[str]:
     return names
 
 
-def last_uses(graph: Graph) -> dict[int, list[Value]]:
-    """For each node position, the intermediate values (not inputs, constants or outputs) read for
-    the last time there."""
-    last: dict[Value, int] = {}
-    for pos, n in enumerate(graph.nodes):
-        for i in n.inputs:
-            if i.op not in ("input", "const"):
-                last[i] = pos
-    keep = set(graph.outputs)
-    dying: dict[int, list[Value]] = {}
-    for v, pos in last.items():
-        if v not in keep:
-            dying.setdefault(pos, []).append(v)
-    return dying
+def implicit_broadcasts(graph: Graph) -> dict[Value, list[Value]]:
+    """The operands each node reads in generated code. An elementwise node reads the source of a
+    `broadcast_to` operand directly when NumPy's implicit broadcasting gives the same result shape:
+    NumPy runs scalar and row operands through fast loops, but not stride-0 broadcast views."""
+    reads: dict[Value, list[Value]] = {}
+    for n in graph.nodes:
+        ops = list(n.inputs)
+        if n.op != "const" and get_primitive(n.op).kind == "elementwise":
+            for k, o in enumerate(ops):
+                src = o
+                while src.op == "broadcast_to":
+                    src = src.inputs[0]
+                trial = ops[:k] + [src] + ops[k + 1:]
+                if src is not o and np.broadcast_shapes(*[t.shape for t in trial]) == n.shape:
+                    ops = trial
+        reads[n] = ops
+    return reads
 
 
-def generate_source(graph: Graph, fn_name: str | None = None, check: bool = False):
-    """Python source for `graph` and the constants it refers to. Each value is deleted after its
-    last use, so NumPy can reuse its memory. With `check`, every line is followed by an assertion
-    that the value has the shape and dtype the IR says."""
+def generate_source(graph: Graph, fn_name: str | None = None, check: bool = False, order: list[Value] | None = None):
+    """Python source for `graph` (its nodes run in `order`, default graph order) and the constants
+    it refers to. Each intermediate is deleted after its last use, so NumPy can reuse its memory.
+    With `check`, every line is followed by an assertion that the value has the shape and dtype
+    the IR says."""
     fn_name = fn_name if (fn_name or "").isidentifier() else (graph.name if graph.name.isidentifier() else "f")
+    order = graph.nodes if order is None else order
+    position = {v: i for i, v in enumerate(graph.all_values())}
     names: dict[Value, str] = dict(zip(graph.inputs, _input_names(graph)))
+    reads = implicit_broadcasts(graph)
+    outputs = set(graph.outputs)
+    remaining: dict[Value, int] = {}
+    for n in order:
+        for i in reads[n]:
+            remaining[i] = remaining.get(i, 0) + 1
     consts: dict[str, np.ndarray] = {}
     body = []
-    dying = last_uses(graph)
-    for idx, n in enumerate(graph.nodes, start=len(graph.inputs)):
-        var = f"v{idx}"
+    for n in order:
+        if not remaining.get(n) and n not in outputs:
+            continue  # only read through implicit broadcasting
+        var = f"v{position[n]}"
         if n.op == "const":
-            expr = _const_expr(n, f"C{idx}", consts)
+            expr = _const_expr(n, f"C{position[n]}", consts)
         else:
-            prim = get_primitive(n.op, source=n.source)
-            if prim.numpy is None:
-                raise GradirError("has no NumPy lowering; run lower_composites first", op=n.op, source=n.source)
-            tree = ast.parse(prim.numpy, mode="eval")
-            arg_names = [a.lstrip("*") for a in prim.args]
-            if prim.variadic:
-                mapping = {arg_names[0]: ast.parse("(" + ", ".join(names[i] for i in n.inputs) + ",)", mode="eval").body}
-            else:
-                mapping = {a: ast.Name(names[i], ast.Load()) for a, i in zip(arg_names, n.inputs)}
-            mapping.update({k: ast.parse(_literal(a), mode="eval").body for k, a in n.attrs.items()})
-            expr = ast.unparse(_Substitute(mapping).visit(tree))
+            expr = _node_expr(n, [names[i] for i in reads[n]])
         comment = f"  # {n.source}" if n.source else ""
         body.append(f"    {var} = {expr}{comment}")
         if check:
             body.append(f"    _check({var}, {n.shape!r}, {_DTYPE_NAMES[n.dtype]}, {n.op!r}, {n.source!r})")
         names[n] = var
-        dead = sorted({names[v] for v in dying.get(idx - len(graph.inputs), ())})
+        dead = []
+        for i in reads[n]:
+            remaining[i] -= 1
+            if not remaining[i] and i not in outputs and i.op not in ("input", "const"):
+                dead.append(names[i])
         if dead:
-            body.append(f"    del {', '.join(dead)}")
+            body.append(f"    del {', '.join(sorted(set(dead)))}")
     outs = ", ".join(names[o] for o in graph.outputs)
     args = ", ".join(names[x] for x in graph.inputs)
-    src = f"def {fn_name}({args}):\n" + "\n".join(body + [f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})"]) + "\n"
-    return src, consts
+    ret = f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})"
+    return f"def {fn_name}({args}):\n" + "\n".join(body + [ret]) + "\n", consts
+
+
+def _node_expr(n: Value, operand_names: list[str]) -> str:
+    """The op's NumPy template with operand names and attribute literals filled in."""
+    prim = get_primitive(n.op, source=n.source)
+    if prim.numpy is None:
+        raise GradirError("has no NumPy lowering; run lower_composites first", op=n.op, source=n.source)
+    tree = ast.parse(prim.numpy, mode="eval")
+    arg_names = [a.lstrip("*") for a in prim.args]
+    if prim.variadic:
+        mapping = {arg_names[0]: ast.parse("(" + ", ".join(operand_names) + ",)", mode="eval").body}
+    else:
+        mapping = {a: ast.Name(name, ast.Load()) for a, name in zip(arg_names, operand_names)}
+    mapping.update({k: ast.parse(_literal(a), mode="eval").body for k, a in n.attrs.items()})
+    return ast.unparse(_Substitute(mapping).visit(tree))
 
 
 def _check(value, shape, dtype, op, source):
