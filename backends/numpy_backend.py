@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gradir import dtypes
-from gradir.errors import GradirError
+from gradir.errors import ExecutionError, GradirError
 from gradir.ir import Graph, Value
 from gradir.primitive import get_primitive, numpy_namespace
 
@@ -153,8 +153,27 @@ class CompiledGraph:
         self.fn = namespace[self.source.split("(", 1)[0][4:]]
 
     def __call__(self, *args):
-        with np.errstate(all="ignore"):
-            return self.fn(*args)
+        try:
+            with np.errstate(all="ignore"):
+                return self.fn(*args)
+        except _RUNTIME_ERRORS as e:
+            raise self._located(e) from e
+
+    def _located(self, e: Exception) -> ExecutionError:
+        """Name the node whose generated line raised (found from the traceback's line number)."""
+        tb, lineno = e.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename.startswith("<gradir:"):
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        line = self.source.splitlines()[lineno - 1].strip() if lineno else ""
+        var = line.split(" = ", 1)[0]
+        node = next((v for i, v in enumerate(self.graph.all_values()) if f"v{i}" == var), None)
+        return ExecutionError(f"{type(e).__name__}: {e} (in `{line.split('  #')[0]}`)",
+                              op=node.op if node is not None else None, source=node.source if node is not None else None)
+
+
+_RUNTIME_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
 
 
 def compile_graph(graph: Graph, check: bool = False) -> CompiledGraph:
@@ -169,6 +188,9 @@ def run(graph: Graph, args: list) -> list:
             if n.op == "const":
                 env[n] = n.attrs["value"]
             else:
-                out = get_primitive(n.op).impl(*[env[i] for i in n.inputs], **n.attrs)
+                try:
+                    out = get_primitive(n.op).impl(*[env[i] for i in n.inputs], **n.attrs)
+                except _RUNTIME_ERRORS as e:
+                    raise ExecutionError(f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
                 env[n] = out if getattr(out, "dtype", None) == n.dtype else np.asarray(out).astype(n.dtype)
     return [env[o] for o in graph.outputs]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gradir import dtypes
-from gradir.errors import GradirError, ShapeError, UnsupportedOpError
+from gradir.errors import GradirError, NonDifferentiableError, ShapeError, UnsupportedOpError
 from gradir.ir import Graph, Value
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 from gradir.trace import abstract_dtype, constant, inline, is_traced, trace_flat, user_source
@@ -128,6 +128,19 @@ def _argnums(argnums, nargs: int, op: str) -> tuple[int, ...]:
     return tuple(n % nargs for n in nums)
 
 
+def _wrt(a: _Args, nums, op: str) -> list[int]:
+    """Flat positions of the leaves of the positional arguments `nums`; each must be a real float."""
+    wrt = [i for n in nums for i in a.leaf_ranges[n]]
+    for i in wrt:
+        dt = abstract_dtype(a.flat[i])
+        if not dtypes.is_float(dt):
+            raise NonDifferentiableError(
+                f"argument {a.names[i]} has dtype {dtypes.short(dt)}; gradients are defined for real floating "
+                "inputs only (integer indices and bool masks have none): leave it out of argnums", op=op,
+                source=user_source())
+    return wrt
+
+
 def _grad_graph(fn, a: _Args, argnums, op: str):
     """The cleaned graph: primal inputs (+ captures) -> (loss, gradients of the argnums leaves)."""
     from gradir.passes import joint_graph, run_pipeline
@@ -138,8 +151,7 @@ def _grad_graph(fn, a: _Args, argnums, op: str):
         shapes = ", ".join(o.type_str for o in forward.outputs)
         raise ShapeError(f"needs a function returning one scalar, got ({shapes}); use gr.vjp for other outputs",
                          op=op, source=user_source())
-    wrt = [i for n in nums for i in a.leaf_ranges[n]]
-    joint = joint_graph(forward, wrt)
+    joint = joint_graph(forward, _wrt(a, nums, op))
     seeded = Graph(f"{forward.name}_grad")
     seeded_inputs = [seeded.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in joint.inputs[:-1]]
     from gradir.trace import building
@@ -345,7 +357,6 @@ def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: s
     a = _prepare(fn, args)
     nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
     graph = _trace(fn, a)
-    wrt = [i for n in nums for i in a.leaf_ranges[n]]
-    joint = run_pipeline(joint_graph(graph, wrt))
+    joint = run_pipeline(joint_graph(graph, _wrt(a, nums, "trace_grad")))
     part = partition(joint)
     return GradTrace(graph, joint, part.forward, part.backward, part.residuals)

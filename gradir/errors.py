@@ -51,5 +51,9 @@ class TraceError(GradirError):
     """A traced value was used outside its trace, or a function returned something untraceable."""
 
 
+class ExecutionError(GradirError, RuntimeError):
+    """An op failed while running (e.g. an index out of range that was only known at run time)."""
+
+
 class ModelFileError(GradirError):
     """A model file given to the CLI is missing or does not follow the convention."""

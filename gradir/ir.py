@@ -97,7 +97,10 @@ class Value:
 
     def __len__(self):
         if not self.shape:
-            raise TypeError("len() of a 0-d value")
+            from gradir.errors import ShapeError
+            from gradir.trace import user_source
+
+            raise ShapeError("len() of a 0-d value", op=self.op, source=user_source())
         return self.shape[0]
 
     def __iter__(self):

@@ -22,6 +22,12 @@ def erf(x):
     return scipy.special.erf(x.astype(np.float32)).astype(x.dtype)
 
 
+def matmul(a, b):
+    """a @ b in the operands' dtype (NumPy computes bfloat16 products in float32 and returns those)."""
+    out = a @ b
+    return out if out.dtype == a.dtype else out.astype(a.dtype)
+
+
 def slice_(x, starts, stops, steps):
     return x[tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))]
 

@@ -92,5 +92,9 @@ def get_primitive(name: str, source: str | None = None) -> Primitive:
     try:
         return REGISTRY[name]
     except KeyError:
+        if source is None:
+            from gradir.trace import user_source
+
+            source = user_source()
         raise UnsupportedOpError(f"unknown op (gradir has no primitive named {name!r})", op=name,
                                  source=source) from None

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gradir import dtypes
-from gradir.errors import GradirError, TraceError
+from gradir.errors import ExecutionError, GradirError, TraceError
 from gradir.ir import Graph, Value
 from gradir.primitive import get_primitive
 
@@ -86,7 +86,10 @@ def bind(op: str, *operands, **attrs) -> Any:
         except GradirError as e:
             raise _located(e, op) from None
         with np.errstate(all="ignore"):
-            out = prim.impl(*operands, **attrs)
+            try:
+                out = prim.impl(*operands, **attrs)
+            except (ValueError, IndexError, TypeError, ArithmeticError) as e:
+                raise ExecutionError(str(e), op=op, source=user_source()) from e
         out = np.asarray(out)
         if out.dtype != dtype:
             out = out.astype(dtype)

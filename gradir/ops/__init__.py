@@ -16,6 +16,7 @@ from gradir.ops.elementwise import (
     less_equal,
     log,
     logical_and,
+    logical_not,
     logical_or,
     maximum,
     minimum,
@@ -40,7 +41,7 @@ from gradir.ops.elementwise import (
 from gradir.ops.indexing import getitem, one_hot, take
 from gradir.ops.lifting import astype
 from gradir.ops.linalg import dot, matmul
-from gradir.ops.reductions import argmax, logsumexp, max, mean, min, std, sum, var
+from gradir.ops.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
 from gradir.ops.shapes import (
     broadcast_to,
     concatenate,
@@ -55,9 +56,9 @@ from gradir.ops.shapes import (
 )
 
 __all__ = [
-    "abs", "add", "arange", "argmax", "astype", "broadcast_to", "concatenate", "cos", "divide", "dot",
+    "abs", "add", "arange", "argmax", "argmin", "astype", "broadcast_to", "concatenate", "cos", "divide", "dot",
     "equal", "erf", "exp", "expand_dims", "full", "getitem", "greater", "greater_equal", "imag", "less",
-    "less_equal", "log", "logical_and", "logical_or", "logsumexp", "matmul", "max", "maximum", "mean",
+    "less_equal", "log", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max", "maximum", "mean",
     "min", "minimum", "multiply", "negative", "not_equal", "one_hot", "ones", "pad", "power", "real",
     "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "sin", "split", "sqrt", "square", "squeeze", "stack",
     "std", "stop_gradient", "subtract", "sum", "swapaxes", "take", "tanh", "transpose", "var", "where",

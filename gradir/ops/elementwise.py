@@ -13,9 +13,9 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import DTypeError, ShapeError
-from gradir.ops.lifting import astype, elementwise_operands, lift, lift_all
+from gradir.ops.lifting import astype, concrete, elementwise_operands, lift, lift_all
 from gradir.primitive import Primitive, register
-from gradir.trace import bind
+from gradir.trace import bind, user_source
 
 INEXACT = "inexact"  # float or complex
 FLOAT = "float"
@@ -76,7 +76,10 @@ def unary(name, numpy, partial, domain=INEXACT, out_dtype=None, flops=1, doc="")
         flops=lambda out, xs, at: flops * math.prod(out.shape), doc=doc))
 
     def public(x):
-        return bind(name, lift(x))
+        x = lift(x)
+        if domain in (INEXACT, FLOAT) and not dtypes.is_inexact(x.dtype):
+            x = astype(x, dtypes.float64)  # as NumPy: np.exp(int array) is float64
+        return bind(name, x)
     public.__name__ = public.__qualname__ = name
     public.__doc__ = doc or f"Elementwise {name}, as numpy.{name}."
     return public
@@ -130,14 +133,42 @@ stop_gradient = unary("stop_gradient", "x", None, domain=ANY,
                       doc="Identity whose derivative is zero (jax.lax.stop_gradient, torch .detach()).")
 
 # -- binary --------------------------------------------------------------------------------------
-add = binary("add", "x + y", [lambda t, o, x, y: t, lambda t, o, x, y: t])
+# add, multiply, maximum, minimum accept bool as NumPy does (logical or / and); subtract does not
+add = binary("add", "x + y", [lambda t, o, x, y: t, lambda t, o, x, y: t], domain=ANY)
 subtract = binary("subtract", "x - y", [lambda t, o, x, y: t, lambda t, o, x, y: -t])
-multiply = binary("multiply", "x * y", [lambda t, o, x, y: t * y, lambda t, o, x, y: t * x])
+multiply = binary("multiply", "x * y", [lambda t, o, x, y: t * y, lambda t, o, x, y: t * x], domain=ANY)
 _divide = binary("divide", "x / y", [lambda t, o, x, y: t / y, lambda t, o, x, y: -(t * o / y)], domain=INEXACT)
-power = binary("power", "np.power(x, y)", [
-    lambda t, o, x, y: t * (y * x ** (y - 1)),
-    lambda t, o, x, y: t * (log(x) * o),
-], domain=INEXACT)
+def _nonzero_const(v) -> bool:
+    """True when `v` is a constant (or a broadcast of one) without zeros: no mask needed."""
+    while v.op == "broadcast_to":
+        v = v.inputs[0]
+    return v.op == "const" and bool(np.all(v.attrs["value"] != 0))
+
+
+def _power_dx(t, o, x, y):
+    d = y * x ** (y - 1)
+    if dtypes.is_complex(x.dtype) or _nonzero_const(y):
+        return t * d
+    return t * where(y == 0, 0.0, d)  # as torch: x**0 has derivative 0 even at x = 0
+
+
+def _power_dy(t, o, x, y):
+    d = log(x) * o
+    if dtypes.is_complex(x.dtype):
+        return t * d
+    return t * where(logical_and(x == 0, y >= 0), 0.0, d)  # as torch: 0**y (y >= 0) has d/dy 0
+
+
+_power = binary("power", "np.power(x, y)", [_power_dx, _power_dy], domain=NUMERIC)
+
+
+def power(x, y):
+    """numpy.power with broadcasting (also `x ** y`)."""
+    x, y = lift_all(x, y, op="power")
+    if dtypes.is_integer(y.dtype) and concrete(y) is not None and np.any(concrete(y) < 0):
+        raise DTypeError("integers to negative integer powers are not allowed (cast to float first)",
+                         op="power", source=user_source())
+    return _power(x, y)
 
 
 def _max_share(x, y):
@@ -146,9 +177,9 @@ def _max_share(x, y):
 
 
 maximum = binary("maximum", "np.maximum(x, y)", [
-    lambda t, o, x, y: t * _max_share(x, y), lambda t, o, x, y: t * _max_share(y, x)])
+    lambda t, o, x, y: t * _max_share(x, y), lambda t, o, x, y: t * _max_share(y, x)], domain=ANY)
 minimum = binary("minimum", "np.minimum(x, y)", [
-    lambda t, o, x, y: t * _max_share(y, x), lambda t, o, x, y: t * _max_share(x, y)])
+    lambda t, o, x, y: t * _max_share(y, x), lambda t, o, x, y: t * _max_share(x, y)], domain=ANY)
 
 less = binary("less", "x < y", None, domain=ANY, out_dtype=dtypes.bool_)
 less_equal = binary("less_equal", "x <= y", None, domain=ANY, out_dtype=dtypes.bool_)
@@ -157,8 +188,10 @@ greater_equal = binary("greater_equal", "x >= y", None, domain=ANY, out_dtype=dt
 equal = binary("equal", "x == y", None, domain=ANY, out_dtype=dtypes.bool_)
 not_equal = binary("not_equal", "x != y", None, domain=ANY, out_dtype=dtypes.bool_)
 remainder = binary("remainder", "np.remainder(x, y)", None, doc="numpy.remainder (Python's %); no gradient.")
-logical_and = binary("logical_and", "x & y", None, domain=ANY)
-logical_or = binary("logical_or", "x | y", None, domain=ANY)
+logical_and = binary("logical_and", "np.logical_and(x, y)", None, domain=ANY, out_dtype=dtypes.bool_)
+logical_or = binary("logical_or", "np.logical_or(x, y)", None, domain=ANY, out_dtype=dtypes.bool_)
+logical_not = unary("logical_not", "np.logical_not(x)", None, domain=ANY, out_dtype=lambda d: dtypes.bool_,
+                    doc="Elementwise not, as numpy.logical_not (bool result).")
 
 
 def divide(x, y):

@@ -1,8 +1,8 @@
 """Indexing: basic slicing, integer-array gathers (`C[Xb]`) and their scatter-add adjoint, one_hot.
 
 Primitives: `take` (gather along one axis) and `index_add` (its adjoint). Basic indexing lowers to
-`slice` + `reshape`; several integer-array indices on leading axes lower to one `take` on a
-flattened view (so ``logp[arange(n), y]`` is one gather).
+`slice` + `reshape` (+ a reversing `take` for negative steps); integer arrays, on any axes, lower to
+one `take` on a view with the indexed axes flattened into one (so ``logp[arange(n), y]`` is one gather).
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import numpy as np
 from gradir import dtypes
 from gradir.errors import DTypeError, ShapeError, UnsupportedOpError
 from gradir.ir import Value
-from gradir.ops.lifting import astype, lift
+from gradir.ops.lifting import astype, concrete, lift
 from gradir.ops.shapes import reshape
 from gradir.primitive import Primitive, register
 from gradir.trace import bind, user_source
 
 
-def _check_index(idx, op):
+def _check_index(idx, op, source=None):
     if not dtypes.is_integer(idx.dtype):
-        raise DTypeError(f"indices must be integers, got {dtypes.short(idx.dtype)}", op=op)
+        raise DTypeError(f"indices must be integers, got {dtypes.short(idx.dtype)}", op=op, source=source)
 
 
 def _take_infer(x, idx, axis):
@@ -50,10 +50,27 @@ register(Primitive(
 
 
 def take(x, indices, axis=0):
-    """numpy.take."""
+    """numpy.take: slices of x along `axis` at the integer positions `indices` (negatives wrap)."""
+    from gradir.ops.lifting import normalize_axes
+
     x, idx = lift(x), lift(indices)
-    axis = int(axis) % x.ndim
+    _check_index(idx, "take", user_source())
+    if x.ndim == 0:
+        raise ShapeError("cannot take from a 0-d value", op="take", source=user_source())
+    (axis,) = normalize_axes(axis, x.ndim, "take")
+    _check_bounds(idx, x.shape[axis], "take")
     return bind("take", x, idx, axis=axis)
+
+
+def _check_bounds(idx, n: int, op: str):
+    """Indices known now (not traced) are checked here; NumPy would raise a bare IndexError later."""
+    idx = concrete(idx)
+    if idx is None or not idx.size or not dtypes.is_integer(idx.dtype):
+        return
+    lo, hi = int(np.min(idx)), int(np.max(idx))
+    if lo < -n or hi >= n:
+        bad = hi if hi >= n else lo
+        raise ShapeError(f"index {bad} is out of bounds for an axis of size {n}", op=op, source=user_source())
 
 
 def one_hot(idx, num_classes, dtype=dtypes.float64):
@@ -63,7 +80,7 @@ def one_hot(idx, num_classes, dtype=dtypes.float64):
     from gradir.ops.shapes import expand_dims
 
     idx = lift(idx)
-    _check_index(idx, "one_hot")
+    _check_index(idx, "one_hot", user_source())
     return astype(equal(expand_dims(idx, -1), arange(num_classes, dtype=idx.dtype)), dtype)
 
 
@@ -75,35 +92,47 @@ def _is_int_array(i) -> bool:
     return isinstance(i, range)
 
 
+def _is_int(i) -> bool:
+    return isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+
+
 def getitem(x, index):
-    """x[index]: ints, slices (positive steps or reversed), None, Ellipsis, and integer arrays."""
+    """x[index], as NumPy: ints, slices (any step), None, Ellipsis, and integer arrays (gathers).
+    Integer arrays broadcast together; their result axes replace theirs when they are adjacent and
+    go first otherwise. Boolean masks are refused (their result shape depends on the data)."""
     x = lift(x)
     index = index if isinstance(index, tuple) else (index,)
-    if any(isinstance(i, Value) and i.dtype == dtypes.bool_ for i in index) or \
-            any(isinstance(i, np.ndarray) and i.dtype == np.bool_ for i in index):
-        raise UnsupportedOpError("boolean-mask indexing has a data-dependent shape; use gr.where",
-                                 op="getitem", source=user_source())
+    for i in index:
+        is_bool_array = (isinstance(i, Value) and i.dtype == dtypes.bool_) or \
+            (isinstance(i, np.ndarray) and i.dtype == np.bool_) or isinstance(i, bool)
+        if is_bool_array:
+            raise UnsupportedOpError("boolean-mask indexing has a data-dependent shape; use gr.where",
+                                     op="getitem", source=user_source())
+        if not (i is None or i is Ellipsis or isinstance(i, slice) or _is_int(i) or _is_int_array(i)):
+            raise UnsupportedOpError(f"cannot index with a {type(i).__name__}", op="getitem", source=user_source())
+    index = _expand_ellipsis(index, x.ndim)
     if any(_is_int_array(i) for i in index):
         return _advanced(x, index)
     return _basic(x, index)
 
 
 def _expand_ellipsis(index, ndim):
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise ShapeError("an index can only have a single ellipsis (...)", op="getitem", source=user_source())
     used = sum(1 for i in index if i is not None and i is not Ellipsis)
     if used > ndim:
         raise ShapeError(f"too many indices ({used}) for a {ndim}-d value", op="getitem", source=user_source())
+    if not any(i is Ellipsis for i in index):
+        index = tuple(index) + (Ellipsis,)
     out = []
     for i in index:
-        if i is Ellipsis:
-            out.extend([slice(None)] * (ndim - used))
-            ndim = used  # only the first Ellipsis expands
-        else:
-            out.append(i)
-    return out + [slice(None)] * (ndim - sum(1 for i in out if i is not None))
+        out.extend([slice(None)] * (ndim - used) if i is Ellipsis else [i])
+    return out
 
 
 def _basic(x, index):
-    index = _expand_ellipsis(index, x.ndim)
+    """Ints, slices and None (Ellipsis already expanded): one strided slice, a reshape, and a
+    reversing gather per axis sliced with a negative step."""
     starts, stops, steps, out_shape, reverse = [], [], [], [], []
     axis = 0
     for i in index:
@@ -122,7 +151,7 @@ def _basic(x, index):
         else:
             k = int(i)
             if not -n <= k < n:
-                raise ShapeError(f"index {k} out of range for axis {axis} of size {n}", op="getitem",
+                raise ShapeError(f"index {k} is out of bounds for axis {axis} of size {n}", op="getitem",
                                  source=user_source())
             k %= n
             starts.append(k), stops.append(k + 1), steps.append(1)
@@ -132,33 +161,35 @@ def _basic(x, index):
         y = bind("slice", x, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
     y = reshape(y, out_shape)
     for ax in reverse:
-        y = take(y, np.arange(y.shape[ax] - 1, -1, -1), axis=ax)
+        if y.shape[ax] > 1:
+            y = take(y, np.arange(y.shape[ax] - 1, -1, -1), axis=ax)
     return y
 
 
 def _advanced(x, index):
-    """Integer-array indices on consecutive leading axes (after optional full slices)."""
-    index = _expand_ellipsis(index, x.ndim)
-    lead = 0
-    while lead < len(index) and isinstance(index[lead], slice) and index[lead] == slice(None):
-        lead += 1
-    arrays = index[lead:]
-    k = 0
-    while k < len(arrays) and _is_int_array(arrays[k]):
-        k += 1
-    if k == 0 or any(not (isinstance(i, slice) and i == slice(None)) for i in arrays[k:]):
-        raise UnsupportedOpError("integer-array indexing is supported on consecutive axes, with only full "
-                                 "slices (:) around them", op="getitem", source=user_source())
-    idxs = [lift(np.asarray(i) if isinstance(i, (list, range)) else i) for i in arrays[:k]]
-    idxs = [astype(i, dtypes.int64) for i in idxs]
+    """Integer arrays (and ints beside them) on any axes: the basic part first, then one gather on
+    a flattened view of the indexed axes (so ``logp[arange(n), y]`` is one `take`)."""
     from gradir.ops.lifting import broadcast_all
+    from gradir.ops.shapes import transpose
 
+    adv = [_is_int_array(i) or _is_int(i) for i in index]
+    # every entry of the expanded index (slices, None, and the advanced ones kept whole) is one axis of y
+    y = _basic(x, [slice(None) if a else i for i, a in zip(index, adv)])
+    pos = [j for j, a in enumerate(adv) if a]
+    if pos != list(range(pos[0], pos[0] + len(pos))):  # not adjacent: NumPy puts their axes first
+        y = transpose(y, pos + [j for j in range(y.ndim) if j not in pos])
+        pos = list(range(len(pos)))
+    lead, k = pos[0], len(pos)
+    sizes = y.shape[lead:lead + k]
+    idxs = []
+    for n, i in zip(sizes, (index[j] for j in (p for p, a in enumerate(adv) if a))):
+        i = lift(np.asarray(i) if isinstance(i, (list, range, int, np.integer)) else i)
+        _check_index(i, "getitem", user_source())
+        _check_bounds(i, n, "getitem")
+        idxs.append(astype(i, dtypes.int64))
     idxs = broadcast_all(*idxs, op="getitem")
-    sizes = x.shape[lead:lead + k]
     flat = idxs[0] % sizes[0] if k > 1 else idxs[0]
     for i, n in zip(idxs[1:], sizes[1:]):
         flat = flat * n + i % n
-    xr = reshape(x, x.shape[:lead] + (int(np.prod(sizes)),) + x.shape[lead + k:]) if k > 1 else x
-    return take(xr, flat, axis=lead)
-
-
+    yr = reshape(y, y.shape[:lead] + (int(np.prod(sizes)),) + y.shape[lead + k:]) if k > 1 else y
+    return bind("take", yr, flat, axis=lead)

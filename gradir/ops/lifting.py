@@ -42,6 +42,8 @@ def lift_all(*xs, op: str):
     strong = [to_numpy(x) for x in xs if not _is_weak(x)]
     if strong:
         dt = dtypes.promote(*[np.asarray(s).dtype if not isinstance(s, Value) else s.dtype for s in strong])
+        # a weak scalar of a higher kind still widens the result (int32 array + 2.0 -> float64), as NumPy 2
+        dt = dtypes.promote(dt, *[dtypes.weak_dtype(x, dt) for x in xs if _is_weak(x)])
     else:
         dt = dtypes.promote(*[dtypes.weak_dtype(x, None) for x in xs])
     vals = [lift(x, dt) for x in xs]
@@ -49,7 +51,11 @@ def lift_all(*xs, op: str):
 
 
 def astype(x, dtype):
-    dtype = dtypes.as_dtype(dtype)
+    """x cast to `dtype` (numpy's `x.astype(dtype)`); casts between float dtypes pass gradients."""
+    try:
+        dtype = dtypes.as_dtype(dtype)
+    except DTypeError as e:
+        raise DTypeError(e.detail, op="astype", source=user_source()) from None
     x = lift(x)
     return x if x.dtype == dtype else bind("convert", x, dtype=dtype)
 
@@ -59,12 +65,13 @@ def broadcast_all(*xs, op: str):
     try:
         shape = np.broadcast_shapes(*[x.shape for x in xs])
     except ValueError:
-        types = " and ".join(_type_str(x) for x in xs)
+        types = " and ".join(type_str(x) for x in xs)
         raise ShapeError(f"shapes {types} cannot be broadcast together", op=op, source=user_source()) from None
     return [x if x.shape == shape else bind("broadcast_to", x, shape=shape) for x in xs]
 
 
-def _type_str(x) -> str:
+def type_str(x) -> str:
+    """`f64[2,3]` for a traced value or an array (for error messages)."""
     return x.type_str if isinstance(x, Value) else f"{dtypes.short(x.dtype)}[{','.join(map(str, x.shape))}]"
 
 
@@ -85,6 +92,13 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise AxisError(f"repeated axis in {axis}", op=op, source=user_source())
     return tuple(sorted(out)) if ndim else ()
+
+
+def concrete(x):
+    """x's value when it is known while tracing (an array, or a `const` node), else None."""
+    if isinstance(x, Value):
+        return x.attrs["value"] if x.op == "const" else None
+    return np.asarray(x)
 
 
 def traced(*xs) -> bool:

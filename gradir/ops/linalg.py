@@ -9,7 +9,7 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import DTypeError, ShapeError
-from gradir.ops.lifting import lift_all
+from gradir.ops.lifting import lift_all, type_str
 from gradir.ops.shapes import broadcast_to, reshape, swapaxes
 from gradir.primitive import Primitive, register
 from gradir.trace import bind, user_source
@@ -21,8 +21,8 @@ def _matmul_infer(a, b):
                          f"and {tuple(b.shape)}", op="matmul")
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}", op="matmul")
-    if a.dtype != b.dtype or not dtypes.is_inexact(a.dtype):
-        raise DTypeError("operands must share one float or complex dtype", op="matmul")
+    if a.dtype != b.dtype or a.dtype == dtypes.bool_:
+        raise DTypeError("operands must share one numeric (non-bool) dtype", op="matmul")
     return tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype
 
 
@@ -31,7 +31,7 @@ def _mT(x):
 
 
 register(Primitive(
-    "matmul", ("a", "b"), _matmul_infer, "a @ b",
+    "matmul", ("a", "b"), _matmul_infer, "_k.matmul(a, b)",
     vjp=lambda g, o, a, b: [matmul(g, _mT(b)), matmul(_mT(a), g)],
     jvp=lambda ts, o, a, b: _sum_terms([None if ts[0] is None else matmul(ts[0], b),
                                         None if ts[1] is None else matmul(a, ts[1])]),
@@ -49,19 +49,22 @@ def matmul(a, b):
     a, b = lift_all(a, b, op="matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul of a 0-d value; use * for scaling", op="matmul", source=user_source())
+    if a.dtype == dtypes.bool_:
+        raise DTypeError("matmul of bool operands; cast them first", op="matmul", source=user_source())
     a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
     b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise ShapeError(f"inner dimensions differ: {a.type_str} @ {b.type_str}", op="matmul", source=user_source())
+        raise ShapeError(f"inner dimensions differ: {type_str(a)} @ {type_str(b)}", op="matmul", source=user_source())
     try:
         batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
-        raise ShapeError(f"batch dimensions of {a.type_str} and {b.type_str} do not broadcast", op="matmul",
+        raise ShapeError(f"batch dimensions of {type_str(a)} and {type_str(b)} do not broadcast", op="matmul",
                          source=user_source()) from None
     a2 = broadcast_to(a2, batch + a2.shape[-2:])
     b2 = broadcast_to(b2, batch + b2.shape[-2:])
     out = bind("matmul", a2, b2)
-    shape = batch + (a.shape[-2],) * (a.ndim > 1) + (b.shape[-1],) * (b.ndim > 1)
+    # NumPy drops the dimension a 1-D operand was promoted with
+    shape = batch + (a.shape[-2:-1] if a.ndim > 1 else ()) + (b.shape[-1:] if b.ndim > 1 else ())
     return reshape(out, shape)
 
 

@@ -7,11 +7,12 @@ import math
 
 from gradir import dtypes
 from gradir.errors import AxisError
-from gradir.ops.elementwise import _float_like, equal, exp, log, stop_gradient
-from gradir.ops.lifting import lift, normalize_axes
-from gradir.ops.shapes import broadcast_to, reshape, squeeze
+from gradir.ops.elementwise import _float_like, equal, exp, log, stop_gradient, where
+from gradir.ops.elementwise import abs as abs_
+from gradir.ops.lifting import astype, lift, normalize_axes
+from gradir.ops.shapes import broadcast_to, expand_dims, reshape, squeeze
 from gradir.primitive import Primitive, register
-from gradir.trace import bind
+from gradir.trace import bind, user_source
 
 
 def _reduced_shape(shape, axes, keepdims):
@@ -24,8 +25,13 @@ def _reduce_infer(name, out_dtype=None):
     def infer(x, axes, keepdims):
         if any(not 0 <= a < builtins.max(len(x.shape), 1) for a in axes):
             raise AxisError(f"axes {axes} out of range", op=name)
-        return _reduced_shape(x.shape, axes, keepdims), (out_dtype or x.dtype)
+        return _reduced_shape(x.shape, axes, keepdims), (out_dtype(x.dtype) if out_dtype else x.dtype)
     return infer
+
+
+def _sum_dtype(d):
+    """NumPy sums bool and narrow integers in the platform integer (int64)."""
+    return dtypes.int64 if d == dtypes.bool_ or dtypes.is_integer(d) else d
 
 
 def _expand_back(g, x_shape, axes, keepdims):
@@ -36,7 +42,7 @@ def _expand_back(g, x_shape, axes, keepdims):
 
 
 register(Primitive(
-    "sum", ("x",), _reduce_infer("sum"), "np.sum(x, axis=axes, keepdims=keepdims)",
+    "sum", ("x",), _reduce_infer("sum", _sum_dtype), "np.sum(x, axis=axes, keepdims=keepdims)",
     vjp=lambda g, o, x, axes, keepdims: [_expand_back(g, x.shape, axes, keepdims)],
     jvp=lambda ts, o, x, axes, keepdims: None if ts[0] is None else bind("sum", ts[0], axes=axes, keepdims=keepdims),
     kind="reduction"))
@@ -62,15 +68,26 @@ for _name in ("max", "min"):
     register(Primitive(_name, ("x",), _reduce_infer(_name), f"np.{_name}(x, axis=axes, keepdims=keepdims)",
                        vjp=_v, jvp=_j, kind="reduction"))
 
-register(Primitive("argmax", ("x",), lambda x, axis: (tuple(s for i, s in enumerate(x.shape) if i != axis), dtypes.int64),
-                   "np.argmax(x, axis=axis)", differentiable=False, kind="reduction"))
+def _arg_infer(name):
+    def infer(x, axis):
+        if not 0 <= axis < len(x.shape):
+            raise AxisError(f"axis {axis} out of range for a {len(x.shape)}-d value", op=name)
+        if x.shape[axis] == 0:
+            raise AxisError(f"attempt to get {name} of an empty axis", op=name)
+        return tuple(s for i, s in enumerate(x.shape) if i != axis), dtypes.int64
+    return infer
+
+
+for _name in ("argmax", "argmin"):
+    register(Primitive(_name, ("x",), _arg_infer(_name), f"np.{_name}(x, axis=axis)", differentiable=False,
+                       kind="reduction", doc=f"numpy.{_name} along one axis (the first index on ties)."))
 
 
 def _reduce(name, x, axis, keepdims):
     x = lift(x)
     axes = normalize_axes(axis, x.ndim, name)
     if not axes:
-        return x
+        return x if name != "sum" else astype(x, _sum_dtype(x.dtype))
     return bind(name, x, axes=axes, keepdims=bool(keepdims))
 
 
@@ -89,42 +106,63 @@ def min(x, axis=None, keepdims=False):
     return _reduce("min", x, axis, keepdims)
 
 
-def argmax(x, axis=None):
+def _arg(name, x, axis, keepdims):
     x = lift(x)
     if axis is None:
-        x, axis = reshape(x, (-1,)), 0
-    return bind("argmax", x, axis=normalize_axes(axis, x.ndim, "argmax")[0])
+        out = bind(name, reshape(x, (-1,)), axis=0)
+        return reshape(out, (1,) * x.ndim) if keepdims else out
+    (ax,) = normalize_axes(axis, x.ndim, name) or (0,)
+    if x.ndim == 0:
+        raise AxisError(f"axis {axis} is out of range for a 0-d value", op=name, source=user_source())
+    out = bind(name, x, axis=ax)
+    return expand_dims(out, ax) if keepdims else out
 
 
-def _count(x, axis) -> int:
-    return math.prod(x.shape[a] for a in normalize_axes(axis, x.ndim, "mean"))
+def argmax(x, axis=None, keepdims=False):
+    """numpy.argmax: index of the first maximum (over the flattened value when axis is None)."""
+    return _arg("argmax", x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False):
+    """numpy.argmin: index of the first minimum (over the flattened value when axis is None)."""
+    return _arg("argmin", x, axis, keepdims)
+
+
+def _count(x, axes) -> int:
+    return math.prod(x.shape[a] for a in axes)
 
 
 def mean(x, axis=None, keepdims=False):
-    """numpy.mean."""
+    """numpy.mean (integers and bools average in float64)."""
     x = lift(x)
+    axes = normalize_axes(axis, x.ndim, "mean")  # checked here so errors name the composite
     if not dtypes.is_inexact(x.dtype):
-        x = x.astype(dtypes.float64)
-    return sum(x, axis, keepdims) / _count(x, axis)
+        x = astype(x, dtypes.float64)
+    return sum(x, axes, keepdims) / _count(x, axes)
 
 
 def var(x, axis=None, keepdims=False, ddof=0):
     """numpy.var with `ddof` (ddof=1: the unbiased estimate)."""
     x = lift(x)
-    d = x - mean(x, axis, keepdims=True)
-    return sum(d * d, axis, keepdims) / (_count(x, axis) - ddof)
+    axes = normalize_axes(axis, x.ndim, "var")
+    d = x - mean(x, axes, keepdims=True)
+    return sum(d * d, axes, keepdims) / (_count(x, axes) - ddof)
 
 
 def std(x, axis=None, keepdims=False, ddof=0):
+    """numpy.std with `ddof`."""
     from gradir.ops.elementwise import sqrt
 
-    return sqrt(var(x, axis, keepdims, ddof))
+    return sqrt(var(x, normalize_axes(axis, lift(x).ndim, "std"), keepdims, ddof))
 
 
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) computed stably by shifting by the (non-differentiated) max."""
     x = lift(x)
-    m = stop_gradient(max(x, axis, keepdims=True))
+    axis = normalize_axes(axis, x.ndim, "logsumexp")
+    m = max(x, axis, keepdims=True)
+    # an infinite max would give inf - inf = nan; shifting by 0 there yields -inf / inf as torch does
+    m = stop_gradient(where(abs_(m) == math.inf, 0.0, m))
     out = log(sum(exp(x - m), axis, keepdims=True)) + m
     return out if keepdims else squeeze(out, normalize_axes(axis, x.ndim, "logsumexp")) if x.ndim else out
 

@@ -70,18 +70,28 @@ register(Primitive("transpose", ("x",), _transpose_infer, "np.transpose(x, perm)
 def transpose(x, axes=None):
     """numpy.transpose (reverses the axes by default)."""
     x = lift(x)
-    perm = tuple(range(x.ndim))[::-1] if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes)
+    if axes is None:
+        perm = tuple(range(x.ndim))[::-1]
+    else:
+        axes = tuple(axes)
+        perm = tuple(normalize_axes(a, x.ndim, "transpose")[0] for a in axes) if x.ndim else axes
+        if len(perm) != x.ndim or len(set(perm)) != len(perm):
+            raise ShapeError(f"axes {axes} are not a permutation of the {x.ndim} axes", op="transpose",
+                             source=user_source())
     return x if perm == tuple(range(x.ndim)) else bind("transpose", x, perm=perm)
 
 
 def swapaxes(x, a, b):
+    """numpy.swapaxes."""
     x = lift(x)
+    a, b = (normalize_axes(i, x.ndim, "swapaxes")[0] for i in (a, b))
     perm = list(range(x.ndim))
     perm[a], perm[b] = perm[b], perm[a]
     return transpose(x, perm)
 
 
 def expand_dims(x, axis):
+    """numpy.expand_dims: insert length-1 axes at the positions `axis` (int or tuple) of the result."""
     x = lift(x)
     axes = normalize_axes(axis, x.ndim + (1 if isinstance(axis, int) else len(axis)), "expand_dims")
     shape = list(x.shape)
@@ -91,6 +101,7 @@ def expand_dims(x, axis):
 
 
 def squeeze(x, axis=None):
+    """numpy.squeeze: drop length-1 axes (all of them, or those in `axis`)."""
     x = lift(x)
     axes = tuple(i for i, s in enumerate(x.shape) if s == 1) if axis is None else normalize_axes(axis, x.ndim, "squeeze")
     for a in axes:
@@ -124,6 +135,7 @@ register(Primitive("broadcast_to", ("x",), _broadcast_infer, "np.broadcast_to(x,
 
 
 def broadcast_to(x, shape):
+    """numpy.broadcast_to."""
     x = lift(x)
     shape = tuple(shape)
     return x if tuple(x.shape) == shape else bind("broadcast_to", x, shape=shape)
@@ -163,15 +175,24 @@ def _pad_vjp(g, o, x, lo, hi, interior, value):
     return [bind("slice", g, starts=tuple(lo), stops=stops, steps=tuple(i + 1 for i in interior))]
 
 
+def _pad_jvp(ts, out, x, lo, hi, interior, value):
+    # the padding is a constant: its tangent is 0 whatever `value` is
+    return None if ts[0] is None else bind("pad", ts[0], lo=lo, hi=hi, interior=interior, value=0.0)
+
+
 register(Primitive("pad", ("x",), _pad_infer, "_k.pad(x, lo, hi, interior, value)",
-                   vjp=_pad_vjp, jvp=_linear_jvp("pad"), kind="shape",
+                   vjp=_pad_vjp, jvp=_pad_jvp, kind="shape",
                    doc="Pad `lo`/`hi` elements at each end of each axis and `interior` between neighbours."))
 
 
 def pad(x, pad_width, constant_values=0.0):
     """numpy.pad in 'constant' mode: pad_width is an int, a (before, after) pair, or one per axis."""
     x = lift(x)
-    pw = np.broadcast_to(np.asarray(pad_width, dtype=int), (x.ndim, 2)).tolist()
+    try:
+        pw = np.broadcast_to(np.asarray(pad_width, dtype=int), (x.ndim, 2)).tolist()
+    except (ValueError, TypeError):
+        raise ShapeError(f"pad_width {pad_width!r} does not give (before, after) for each of the {x.ndim} axes",
+                         op="pad", source=user_source()) from None
     return bind("pad", x, lo=tuple(p[0] for p in pw), hi=tuple(p[1] for p in pw),
                 interior=(0,) * x.ndim, value=float(constant_values))
 
@@ -214,12 +235,17 @@ register(Primitive("concatenate", ("*xs",), _concat_infer, "np.concatenate(xs, a
 
 def concatenate(xs, axis=0):
     """numpy.concatenate."""
+    if not len(xs):
+        raise ShapeError("needs at least one array to concatenate", op="concatenate", source=user_source())
     xs = lift_all(*xs, op="concatenate")
+    if any(x.ndim == 0 for x in xs):
+        raise ShapeError("zero-dimensional values cannot be concatenated", op="concatenate", source=user_source())
     axis = normalize_axes(axis, xs[0].ndim, "concatenate")[0]
     return xs[0] if len(xs) == 1 else bind("concatenate", *xs, axis=axis)
 
 
 def stack(xs, axis=0):
+    """numpy.stack: join along a new axis."""
     return concatenate([expand_dims(x, axis) for x in lift_all(*xs, op="stack")], axis=axis)
 
 
@@ -229,12 +255,13 @@ def split(x, indices_or_sections, axis=0):
     axis = normalize_axes(axis, x.ndim, "split")[0]
     n = x.shape[axis]
     if isinstance(indices_or_sections, (int, np.integer)):
-        if n % indices_or_sections:
+        if indices_or_sections < 1 or n % indices_or_sections:
             raise ShapeError(f"axis of size {n} does not split into {indices_or_sections} equal parts",
                              op="split", source=user_source())
         step = n // indices_or_sections
-        points = list(range(step, n, step))
+        points = [step * i for i in range(1, int(indices_or_sections))]
     else:
-        points = list(indices_or_sections)
+        # as NumPy: negative points count from the end, points past the end clip
+        points = [min(max(int(p) + n if p < 0 else int(p), 0), n) for p in indices_or_sections]
     bounds = [0] + points + [n]
-    return [slice_axis(x, axis, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [slice_axis(x, axis, a, max(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
