@@ -18,6 +18,7 @@ import os
 import pathlib
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
@@ -146,16 +147,19 @@ def write_atomic(path: pathlib.Path, text: str):
     os.replace(tmp, path)
 
 
-def render(rows, repeats) -> str:
+def render(rows, repeats, command) -> str:
+    import importlib.util
+
     import torch
 
+    missing = [name for name in ("jax",) if importlib.util.find_spec(name) is None]
     lines = [
         "# Benchmark results",
         "",
-        f"`python benchmarks/bench_core.py --repeats {repeats}` on {platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"`{command}` on {platform.machine()}, {os.cpu_count()} CPU cores, "
         f"Python {platform.python_version()}, NumPy {np.__version__}, PyTorch {torch.__version__} "
         f"({torch.get_num_threads()} threads). Medians of {repeats} runs; ratio = time / PyTorch eager time "
-        "(lower is better).",
+        "(lower is better)." + (f" Not installed, so not compared: {', '.join(missing)}." if missing else ""),
         "",
         "| workload | system | median ms | ratio to PyTorch eager |",
         "|---|---|---:|---:|",
@@ -174,10 +178,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows: list = []
     bench_mlp(32, 64, args.repeats, args.torch_compile, rows)
-    bench_mlp(1024, 512, max(10, args.repeats // 5), args.torch_compile, rows)
+    bench_mlp(1024, 512, max(20, args.repeats // 2), args.torch_compile, rows)
     bench_dot_tanh(args.repeats, rows)
     bench_front_end(args.repeats, rows)
-    table = render(rows, args.repeats)
+    command = "python benchmarks/bench_core.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    table = render(rows, args.repeats, command.strip())
     print(table)
     write_atomic(args.out, table)
     return rows

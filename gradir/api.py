@@ -30,8 +30,9 @@ from gradir.trace import abstract_dtype, constant, inline, is_traced, trace_flat
 class _Args:
     """Flattened call arguments and how to rebuild them and return results."""
 
+    fn: Callable
+    args: tuple
     flat: list
-    names: list[str]
     in_tree: Any
     leaf_ranges: list[range]  # leaves belonging to each positional argument
     torch_out: bool
@@ -40,33 +41,40 @@ class _Args:
     def traced(self) -> bool:
         return is_traced(*self.flat)
 
+    @functools.cached_property
+    def names(self) -> list[str]:
+        """A readable path per leaf (``params['W1']``), from the function's parameter names."""
+        try:
+            params = list(inspect.signature(self.fn).parameters)
+        except (TypeError, ValueError):
+            params = []
+        return [path for pos, a in enumerate(self.args)
+                for path, _ in tree_flatten_with_path(a, params[pos] if pos < len(params) else f"arg{pos}")[0]]
+
 
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def _as_leaf(leaf):
+    if isinstance(leaf, (Value, np.ndarray)):
+        return leaf
+    if _is_torch(leaf):
+        return leaf.detach().cpu().numpy()
+    abstract_dtype(leaf)  # raises a clear error for unsupported leaves
+    return np.asarray(leaf)
+
+
 def _prepare(fn, args) -> _Args:
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        params = []
-    flat, names, ranges, torch_out = [], [], [], False
-    for pos, a in enumerate(args):
-        root = params[pos] if pos < len(params) else f"arg{pos}"
-        leaves, _ = tree_flatten_with_path(a, root)
-        start = len(flat)
-        for path, leaf in leaves:
-            if _is_torch(leaf):
-                torch_out = True
-                leaf = leaf.detach().cpu().numpy()
-            elif isinstance(leaf, (list, tuple)):
-                leaf = np.asarray(leaf)
-            abstract_dtype(leaf)  # raises a clear error for unsupported leaves
-            flat.append(leaf if isinstance(leaf, Value) else np.asarray(leaf) if not isinstance(leaf, np.ndarray) else leaf)
-            names.append(path)
-        ranges.append(range(start, len(flat)))
+    flat, ranges = [], []
+    for a in args:
+        leaves, _ = tree_flatten(a)
+        ranges.append(range(len(flat), len(flat) + len(leaves)))
+        flat.extend(leaves)
+    torch_out = any(_is_torch(x) for x in flat)
+    flat = [_as_leaf(x) for x in flat]
     _, in_tree = tree_flatten(tuple(args))
-    return _Args(flat, names, in_tree, ranges, torch_out)
+    return _Args(fn, tuple(args), flat, in_tree, ranges, torch_out)
 
 
 def _finish(values, a: _Args):
