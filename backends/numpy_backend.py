@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,9 +40,9 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
-def _const_expr(v: Value, name: str, consts: dict[str, np.ndarray]) -> str:
+def _const_expr(v: Value, name: str, consts: dict[str, np.ndarray], inline: bool = True) -> str:
     a = v.attrs["value"]
-    if a.ndim == 0 and a.dtype in _DTYPE_NAMES and a.dtype.kind in "fib" and np.isfinite(a):
+    if inline and a.ndim == 0 and a.dtype in _DTYPE_NAMES and a.dtype.kind in "fib" and np.isfinite(a):
         return f"{_DTYPE_NAMES[a.dtype]}({a.item()!r})"
     consts[name] = a
     return name
@@ -77,11 +78,13 @@ def implicit_broadcasts(graph: Graph) -> dict[Value, list[Value]]:
     return reads
 
 
-def generate_source(graph: Graph, fn_name: str | None = None, check: bool = False, order: list[Value] | None = None):
+def generate_source(graph: Graph, fn_name: str | None = None, check: bool = False, order: list[Value] | None = None,
+                    meter: bool = False):
     """Python source for `graph` (its nodes run in `order`, default graph order) and the constants
     it refers to. Each intermediate is deleted after its last use, so NumPy can reuse its memory.
     With `check`, every line is followed by an assertion that the value has the shape and dtype
-    the IR says."""
+    the IR says. With `meter`, every line reports the live locals to `_meter` (see `measure_memory`)
+    and scalar constants are named arrays, so broadcasting them allocates nothing."""
     fn_name = fn_name if (fn_name or "").isidentifier() else (graph.name if graph.name.isidentifier() else "f")
     order = graph.nodes if order is None else order
     position = {v: i for i, v in enumerate(graph.all_values())}
@@ -92,6 +95,10 @@ def generate_source(graph: Graph, fn_name: str | None = None, check: bool = Fals
     for n in order:
         for i in reads[n]:
             remaining[i] = remaining.get(i, 0) + 1
+    for n in reversed(order):  # broadcasts nobody reads any more are not emitted, nor are their reads
+        if not remaining.get(n) and n not in outputs:
+            for i in reads[n]:
+                remaining[i] -= 1
     consts: dict[str, np.ndarray] = {}
     body = []
     for n in order:
@@ -99,13 +106,15 @@ def generate_source(graph: Graph, fn_name: str | None = None, check: bool = Fals
             continue  # only read through implicit broadcasting
         var = f"v{position[n]}"
         if n.op == "const":
-            expr = _const_expr(n, f"C{position[n]}", consts)
+            expr = _const_expr(n, f"C{position[n]}", consts, inline=not meter)
         else:
             expr = _node_expr(n, [names[i] for i in reads[n]])
         comment = f"  # {n.source}" if n.source else ""
         body.append(f"    {var} = {expr}{comment}")
         if check:
             body.append(f"    _check({var}, {n.shape!r}, {_DTYPE_NAMES[n.dtype]}, {n.op!r}, {n.source!r})")
+        if meter:
+            body.append(f"    _meter({position[n]}, locals())")
         names[n] = var
         dead = []
         for i in reads[n]:
@@ -116,6 +125,8 @@ def generate_source(graph: Graph, fn_name: str | None = None, check: bool = Fals
             body.append(f"    del {', '.join(sorted(set(dead)))}")
     outs = ", ".join(names[o] for o in graph.outputs)
     args = ", ".join(names[x] for x in graph.inputs)
+    if meter:
+        body.insert(0, "    _meter.begin(locals())")
     ret = f"    return ({outs}{',' if len(graph.outputs) == 1 else ''})"
     return f"def {fn_name}({args}):\n" + "\n".join(body + [ret]) + "\n", consts
 
@@ -145,10 +156,10 @@ def _check(value, shape, dtype, op, source):
 class CompiledGraph:
     """A graph compiled to a Python function; call it with the graph's inputs (flat list)."""
 
-    def __init__(self, graph: Graph, check: bool = False):
+    def __init__(self, graph: Graph, check: bool = False, order: list[Value] | None = None, meter=None):
         self.graph = graph
-        self.source, consts = generate_source(graph, check=check)
-        namespace = numpy_namespace() | {"bfloat16": dtypes.bfloat16, "_check": _check} | consts
+        self.source, consts = generate_source(graph, check=check, order=order, meter=meter is not None)
+        namespace = numpy_namespace() | {"bfloat16": dtypes.bfloat16, "_check": _check, "_meter": meter} | consts
         exec(compile(self.source, f"<gradir:{graph.name}>", "exec"), namespace)
         self.fn = namespace[self.source.split("(", 1)[0][4:]]
 
@@ -176,8 +187,56 @@ class CompiledGraph:
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, ArithmeticError)
 
 
-def compile_graph(graph: Graph, check: bool = False) -> CompiledGraph:
-    return CompiledGraph(graph, check=check)
+def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None) -> CompiledGraph:
+    """Compile `graph` to Python/NumPy; its nodes run in `order` (a schedule; default graph order)."""
+    return CompiledGraph(graph, check=check, order=order)
+
+
+class _Meter:
+    """The counting allocator of a measured run: after every line, the bytes of the distinct NumPy
+    buffers the live locals hold (following views to the array owning the memory), leaving out the
+    caller's inputs, the program's constants and 0-d values (passes.memory's accounting rule)."""
+
+    def __init__(self, constants):
+        self.constants = constants
+        self.live: dict[int, int] = {}
+
+    def begin(self, names):
+        self.excluded = {id(_root(x)) for x in list(names.values()) + list(self.constants)}
+
+    def __call__(self, position, names):
+        seen, total = set(), 0
+        for x in names.values():
+            if isinstance(x, (np.ndarray, np.generic)):
+                r = _root(x)
+                if r.ndim and id(r) not in seen and id(r) not in self.excluded:  # 0-d: not counted
+                    seen.add(id(r))
+                    total += r.nbytes
+        self.live[position] = total
+
+
+def _root(x):
+    while isinstance(x, np.ndarray) and isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+@dataclass
+class MeasuredRun:
+    outputs: list
+    live_bytes: dict[Value, int]  # after each executed node (nodes NumPy broadcasts implicitly are not lines)
+    peak_bytes: int
+
+
+def measure_memory(graph: Graph, args: list, order: list[Value] | None = None) -> MeasuredRun:
+    """Run `graph` in `order` and measure the memory its live values hold after every step."""
+    _, consts = generate_source(graph, order=order, meter=True)
+    meter = _Meter(consts.values())
+    compiled = CompiledGraph(graph, order=order, meter=meter)
+    outputs = compiled(*args)
+    values = graph.all_values()
+    live = {values[p]: b for p, b in meter.live.items()}
+    return MeasuredRun(list(outputs), live, max(live.values(), default=0))
 
 
 def run(graph: Graph, args: list) -> list:

@@ -19,6 +19,7 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import GradirError, NonDifferentiableError, ShapeError, UnsupportedOpError
+from gradir.grad_trace import GradTrace
 from gradir.ir import Graph, Value
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 from gradir.trace import abstract_dtype, constant, inline, is_traced, trace_flat, user_source
@@ -273,7 +274,7 @@ def jvp(fn: Callable, primals: tuple, tangents: tuple):
 class Compiled:
     """A function compiled by `gr.compile`: traced once per input signature, then run by a backend."""
 
-    def __init__(self, fn, backend: str, remat, memory_budget, check: bool):
+    def __init__(self, fn, backend: str, remat, memory_budget, check: bool, policy: str = "engine"):
         from gradir.backends import BACKENDS
 
         if backend not in BACKENDS:
@@ -282,7 +283,11 @@ class Compiled:
         if remat is not None or memory_budget is not None:
             raise UnsupportedOpError("recompute planning (remat=, memory_budget=) is not implemented yet",
                                      op="compile")
-        self.fn, self.backend, self.check = fn, backend, check
+        from gradir.passes.schedule import POLICIES
+
+        if policy not in POLICIES:
+            raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="compile")
+        self.fn, self.backend, self.check, self.policy = fn, backend, check, policy
         self._cache: dict = {}
         functools.update_wrapper(self, fn)
 
@@ -294,12 +299,14 @@ class Compiled:
         if key not in self._cache:
             from gradir.backends import compile_graph
             from gradir.passes import run_pipeline
+            from gradir.passes.schedule import schedule
 
             graph = run_pipeline(_trace(self.fn, a))
             if _captures(graph):
                 raise GradirError("a compiled function may not close over values of an enclosing trace",
                                   op="compile", source=user_source())
-            self._cache[key] = (graph, compile_graph(graph, check=self.check))
+            order = schedule(graph, self.policy).order
+            self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order))
         return self._cache[key]
 
     def __call__(self, *args):
@@ -324,39 +331,27 @@ class Compiled:
 
 
 def compile(fn: Callable | None = None, *, backend: str = "numpy", remat: str | None = None,
-            memory_budget: int | None = None, check: bool | None = None):
+            memory_budget: int | None = None, check: bool | None = None, policy: str = "engine"):
     """Compile `fn`: traced once per input signature (shapes, dtypes, pytree structure), cached,
     and run by `backend`. Usable as ``@gr.compile`` or ``@gr.compile(backend="numpy")``.
 
-    `check=True` (default: the GRADIR_CHECK environment variable) makes the generated code assert
-    that every value has the shape and dtype the IR promises."""
+    `policy` is the scheduling policy of the dependency-counted order the backend runs ("engine" or
+    "memory", see gradir.passes.schedule). `check=True` (default: the GRADIR_CHECK environment
+    variable) makes the generated code assert that every value has the shape and dtype the IR promises."""
     if check is None:
         check = os.environ.get("GRADIR_CHECK", "") not in ("", "0")
     def wrap(f):
-        return Compiled(f, backend, remat, memory_budget, check)
+        return Compiled(f, backend, remat, memory_budget, check, policy)
     return wrap if fn is None else wrap(fn)
 
 
 # -- inspection -----------------------------------------------------------------------------------
 
 
-@dataclass
-class GradTrace:
-    """The whole backward story of one function at one input signature."""
-
-    graph: Graph      # the traced forward function
-    joint: Graph      # forward + backward, after cleanup
-    forward: Graph    # partitioned forward: inputs -> outputs + residuals
-    backward: Graph   # partitioned backward: residuals + cotangents -> gradients
-    residuals: list   # the joint graph's saved values
-
-    def __str__(self) -> str:
-        return f"{self.forward}\n\n{self.backward}"
-
-
 def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: str | None = None,
                memory_budget: int | None = None, policy: str | None = None) -> GradTrace:
-    """Trace, differentiate and partition `fn` at `args`, returning the graphs for inspection."""
+    """Trace, differentiate and partition `fn` at `args` for inspection: `.forward`, `.backward`,
+    `.saved`, `.schedule` (dependency-counted, under `policy`: "engine" or "memory"), `.memory`."""
     from gradir.passes import joint_graph, partition, run_pipeline
 
     if remat is not None or memory_budget is not None:
@@ -366,5 +361,4 @@ def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: s
     nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
     graph = _trace(fn, a)
     joint = run_pipeline(joint_graph(graph, _wrt(a, nums, "trace_grad")))
-    part = partition(joint)
-    return GradTrace(graph, joint, part.forward, part.backward, part.residuals)
+    return GradTrace(graph, joint, partition(joint), policy or "engine")

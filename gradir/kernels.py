@@ -81,4 +81,5 @@ def fold(cols, kernel, stride, padding, dilation, size):
     for i in range(kh):
         for j in range(kw):
             out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw] += cols[:, :, i, j]
-    return out[:, :, ph: ph + h, pw: pw + w]
+    # a copy when padded: a view would keep the whole padded buffer alive (the memory plan counts h x w)
+    return out[:, :, ph: ph + h, pw: pw + w].copy() if ph or pw else out

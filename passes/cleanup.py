@@ -113,8 +113,16 @@ def simplify(graph: Graph) -> Graph:
             return ops[0]
         if op == "power" and _is(ops[1], 1):
             return ops[0]
+        if op == "power" and _is(ops[1], 2):
+            return bind("multiply", ops[0], ops[0])
         if op == "negative" and ops[0].op == "negative":
             return ops[0].inputs[0]
+        scalars = [_scalar_const(o) for o in ops]
+        if ops and op != "broadcast_to" and any(o.op == "broadcast_to" for o in ops) and \
+                all(c is not None for c in scalars) and get_primitive(op).kind == "elementwise":
+            # an elementwise op on broadcast scalars: compute the scalar once, broadcast the result
+            value = bind(op, *[np.asarray(c, dtype=o.dtype) for c, o in zip(scalars, ops)], **n.attrs)
+            return bind("broadcast_to", constant(value), shape=n.shape)
         if op != "broadcast_to" and ops and all(o.op == "const" for o in ops) and n.size <= FOLD_LIMIT \
                 and get_primitive(op).numpy:  # (a broadcast constant stays a scalar: the text stays small)
             value = bind(op, *[o.attrs["value"] for o in ops], **n.attrs)

@@ -21,6 +21,15 @@ class Partition:
     forward: Graph
     backward: Graph
     residuals: list[Value]  # joint-graph values saved by forward for backward, in forward order
+    joint_of: dict[Value, Value]  # forward/backward graph value -> the joint-graph value it copies
+
+    def timeline(self, backward_order: list[Value] | None = None) -> tuple[list[Value], list[str]]:
+        """The joint graph's nodes in execution order (forward program, then backward program in
+        `backward_order`, default its graph order), with each step's phase."""
+        fwd = [self.joint_of[n] for n in self.forward.nodes]
+        seen = set(fwd)  # constant-only values the backward recomputes already ran in forward
+        bwd = [self.joint_of[n] for n in (backward_order or self.backward.nodes) if self.joint_of[n] not in seen]
+        return fwd + bwd, ["forward"] * len(fwd) + ["backward"] * len(bwd)
 
 
 def _const_only(graph: Graph) -> set[Value]:
@@ -75,4 +84,5 @@ def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition
             continue
         benv[n] = backward.append(n.op, [benv[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source)
     backward.outputs = [benv[g] for g in grads]
-    return Partition(joint, forward, backward, residuals)
+    joint_of = {v: j for j, v in env.items()} | {v: j for j, v in benv.items()}
+    return Partition(joint, forward, backward, residuals, joint_of)

@@ -1,0 +1,103 @@
+"""`GradTrace`: the whole backward story of one function at one input signature, for inspection.
+
+Everything here is derived from one partition of the joint graph: the forward and backward
+programs, the saved tensors, the dependency-counted backward schedule under a policy, and the
+memory plan of running forward then backward in that order. `run` executes exactly that plan on
+the NumPy backend, and `measure` does so with a counting allocator, so what a learner inspects is
+what runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradir.ir import Graph, Value
+
+
+@dataclass
+class GradTrace:
+    graph: Graph      # the traced function
+    joint: Graph      # forward + backward, after cleanup
+    partition: object  # gradir.passes.Partition
+    policy: str = "engine"
+
+    @property
+    def forward(self) -> Graph:
+        """Partitioned forward program: inputs -> outputs + residuals."""
+        return self.partition.forward
+
+    @property
+    def backward(self) -> Graph:
+        """Partitioned backward program: residuals + output cotangents -> gradients."""
+        return self.partition.backward
+
+    @property
+    def residuals(self) -> list[Value]:
+        """The joint graph's values saved by forward for backward."""
+        return self.partition.residuals
+
+    @functools.cached_property
+    def saved_inputs(self) -> list[Value]:
+        """Backward inputs holding activations (memory the backward frees after their last use)."""
+        from gradir.passes.aliasing import owners
+
+        owner = owners(self.joint)
+        return [x for x, r in zip(self.backward.inputs, self.residuals) if owner[r].op != "input"]
+
+    @functools.cached_property
+    def schedule(self):
+        """The dependency-counted backward schedule under `policy`."""
+        from gradir.passes.schedule import schedule
+
+        return schedule(self.backward, self.policy, owned_inputs=self.saved_inputs)
+
+    @functools.cached_property
+    def memory(self):
+        """The memory plan of forward then backward (in the schedule's order)."""
+        from gradir.passes.memory import plan_memory
+
+        order, phases = self.partition.timeline(self.schedule.order)
+        return plan_memory(self.joint, order, phases)
+
+    @functools.cached_property
+    def saved(self):
+        """The saved-tensor report: every residual, who made it, who reads it and why."""
+        from gradir.passes.saved import saved_tensors
+
+        return saved_tensors(self.partition, self.schedule.order)
+
+    def _flat_args(self, args) -> list:
+        from gradir.pytree import tree_flatten
+
+        flat, _ = tree_flatten(tuple(args))
+        return [np.asarray(x) for x in flat]
+
+    def run(self, *args, cotangent=1.0):
+        """Run forward, then backward in the schedule's order, on the NumPy backend: (outputs, gradients)."""
+        from gradir.backends import compile_graph
+
+        flat = self._flat_args(args)
+        k = self.partition.forward.num_forward_outputs
+        fwd = compile_graph(self.forward)(*flat)
+        cts = [np.full(o.shape, cotangent, o.dtype) for o in self.forward.outputs[:k]]
+        grads = compile_graph(self.backward, order=self.schedule.order)(*fwd[k:], *cts)
+        return list(fwd[:k]), list(grads)
+
+    def measure(self, *args, cotangent=1.0):
+        """Run the memory plan's timeline with a counting allocator (backends.measure_memory)."""
+        from gradir.backends import measure_memory
+
+        flat = self._flat_args(args)
+        cts = [np.full(o.shape, cotangent, o.dtype) for o in self.graph.outputs]
+        order, _ = self.partition.timeline(self.schedule.order)
+        return measure_memory(self.joint, flat + cts, order)
+
+    def with_policy(self, policy: str) -> GradTrace:
+        """The same trace scheduled under another policy."""
+        return GradTrace(self.graph, self.joint, self.partition, policy)
+
+    def __str__(self) -> str:
+        return f"{self.forward}\n\n{self.backward}"

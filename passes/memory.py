@@ -1,0 +1,175 @@
+"""Lifetimes and the memory plan of a program run in a given order.
+
+Accounting rule (the one the NumPy backend's measured run follows too): a value owns a buffer of
+its `nbytes` from the step that produces it through the last step that reads it or any view of it
+(views, per passes.aliasing, own nothing); graph inputs and constants belong to the caller and are
+not counted, nor are 0-d values (NumPy keeps them as scalar objects, and broadcasting one makes a
+small temporary of its own); graph outputs stay live to the end. `live_bytes[t]` counts every buffer alive at step
+t, including the one step t produces and those it reads for the last time (no op works in place).
+
+The arena layout replays the timeline with a best-fit allocator: at each step the new buffer takes
+the smallest free gap that fits (or grows the arena), then buffers read for the last time are freed
+and neighbouring gaps merge. Its size over the peak is the fragmentation.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from gradir.ir import Graph, Value
+from gradir.passes.aliasing import owners as storage_owners
+from gradir.passes.report import Report, human_bytes, value_name
+
+
+@dataclass
+class Buffer:
+    value: Value
+    nbytes: int
+    start: int          # step that allocates it
+    end: int            # last step that needs it
+    offset: int = -1    # in the arena
+    phase: str = ""     # e.g. forward / backward
+
+    def overlaps(self, other: Buffer) -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+@dataclass
+class MemoryPlan(Report):
+    graph: Graph
+    order: list[Value]
+    buffers: list[Buffer]
+    live_bytes: list[int]
+    peak_bytes: int
+    peak_step: int
+    lower_bound_bytes: int
+    arena_bytes: int
+    phases: list[str] = field(default_factory=list)
+
+    @property
+    def fragmentation(self) -> float:
+        return self.arena_bytes / self.peak_bytes - 1 if self.peak_bytes else 0.0
+
+    def to_dict(self) -> dict:
+        g = self.graph
+        return {
+            "graph": g.name, "peak_bytes": self.peak_bytes, "peak_step": self.peak_step,
+            "lower_bound_bytes": self.lower_bound_bytes, "arena_bytes": self.arena_bytes,
+            "fragmentation": self.fragmentation,
+            "steps": [{"step": t, "node": value_name(n, g), "op": n.op, "phase": self.phases[t] if self.phases else "",
+                       "live_bytes": b} for t, (n, b) in enumerate(zip(self.order, self.live_bytes))],
+            "buffers": [{"value": value_name(b.value, g), "op": b.value.op, "bytes": b.nbytes, "start": b.start,
+                         "end": b.end, "offset": b.offset, "phase": b.phase} for b in self.buffers],
+        }
+
+    def table(self) -> Table:
+        t = Table(title=f"memory plan of {self.graph.name}: peak {human_bytes(self.peak_bytes)} at step "
+                        f"{self.peak_step}, lower bound {human_bytes(self.lower_bound_bytes)}, arena "
+                        f"{human_bytes(self.arena_bytes)} ({self.fragmentation:.1%} fragmentation)")
+        for col in ("step", "phase", "runs", "op", "allocates", "frees", "live"):
+            t.add_column(col)
+        starts, ends = {}, {}
+        for b in self.buffers:
+            starts.setdefault(b.start, []).append(b)
+            ends.setdefault(b.end, []).append(b)
+        for i, (n, live) in enumerate(zip(self.order, self.live_bytes)):
+            alloc = sum(b.nbytes for b in starts.get(i, ()))
+            freed = sum(b.nbytes for b in ends.get(i, ()) if b.end < len(self.order) - 1)
+            t.add_row(str(i), self.phases[i] if self.phases else "", value_name(n, self.graph), n.op,
+                      human_bytes(alloc) if alloc else "", human_bytes(freed) if freed else "", human_bytes(live),
+                      style="bold" if i == self.peak_step else None)
+        return t
+
+
+def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str] | None = None,
+                owned_inputs=()) -> MemoryPlan:
+    """Lifetimes, live bytes per step, peak, a lower bound and an arena layout for running
+    `graph`'s nodes in `order` (default: graph order). `owned_inputs` are inputs the program frees
+    after their last use (saved activations handed to a backward program)."""
+    order = list(graph.nodes) if order is None else list(order)
+    step = {n: t for t, n in enumerate(order)}
+    owner = storage_owners(graph)
+    keep = {owner[o] for o in graph.outputs}
+    last = len(order) - 1
+    owned = set(owned_inputs)
+    buffers: dict[Value, Buffer] = {}
+    for x in owned:
+        if owner[x] is x and x.ndim:
+            buffers[x] = Buffer(x, x.nbytes, 0, 0, phase=(phases[0] if phases else ""))
+    for n in order:
+        if n.op != "const" and owner[n] is n and n.ndim:
+            buffers[n] = Buffer(n, n.nbytes, step[n], step[n], phase=phases[step[n]] if phases else "")
+    for n in order:
+        for i in n.inputs:
+            b = buffers.get(owner[i])
+            if b is not None:
+                b.end = max(b.end, step[n])
+    for o in keep:
+        if o in buffers:
+            buffers[o].end = last
+    bufs = sorted(buffers.values(), key=lambda b: (b.start, b.end))
+
+    delta = [0] * (len(order) + 1)
+    for b in bufs:
+        delta[b.start] += b.nbytes
+        delta[b.end + 1] -= b.nbytes
+    live, running = [], 0
+    for t in range(len(order)):
+        running += delta[t]
+        live.append(running)
+    peak = max(live, default=0)
+    peak_step = live.index(peak) if live else 0
+
+    lower = sum(buffers[o].nbytes for o in keep if o in buffers)
+    for n in order:
+        touched = {owner[i] for i in n.inputs} | {owner[n]}
+        lower = max(lower, sum(buffers[b].nbytes for b in touched if b in buffers))
+    arena = _best_fit(bufs, len(order))
+    return MemoryPlan(graph, order, bufs, live, peak, peak_step, lower, arena, list(phases or []))
+
+
+def _best_fit(bufs: list[Buffer], steps: int) -> int:
+    """Place buffers in time order: each takes the smallest free gap that fits, else the arena grows."""
+    by_start: dict[int, list[Buffer]] = {}
+    by_end: dict[int, list[Buffer]] = {}
+    for b in bufs:
+        by_start.setdefault(b.start, []).append(b)
+        by_end.setdefault(b.end, []).append(b)
+    free: list[tuple[int, int]] = []  # (offset, size) gaps, sorted by offset
+    top = 0
+    for t in range(steps):
+        for b in sorted(by_start.get(t, ()), key=lambda b: -b.nbytes):
+            fits = [(size, off) for off, size in free if size >= b.nbytes]
+            if fits:
+                size, off = min(fits)
+                free.remove((off, size))
+                if size > b.nbytes:
+                    bisect.insort(free, (off + b.nbytes, size - b.nbytes))
+                b.offset = off
+            else:
+                if free and free[-1][0] + free[-1][1] == top:  # extend the gap at the top
+                    off, size = free.pop()
+                    b.offset, top = off, off + b.nbytes
+                else:
+                    b.offset, top = top, top + b.nbytes
+        for b in by_end.get(t, ()):
+            if b.end < steps - 1 or steps == 0:
+                _release(free, b.offset, b.nbytes)
+    return top
+
+
+def _release(free: list[tuple[int, int]], off: int, size: int):
+    if size == 0:
+        return
+    i = bisect.bisect(free, (off, size))
+    if i < len(free) and off + size == free[i][0]:  # merge with the gap after
+        size += free.pop(i)[1]
+    if i > 0 and free[i - 1][0] + free[i - 1][1] == off:  # and the gap before
+        off, prev = free.pop(i - 1)
+        size += prev
+        off = off
+        i -= 1
+    bisect.insort(free, (off, size))
