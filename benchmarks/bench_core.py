@@ -19,12 +19,12 @@ import pathlib
 import platform
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 import gradir as gr
+from gradir.fileio import write_atomic
 
 RESULTS = pathlib.Path(__file__).with_name("results.md")
 
@@ -139,13 +139,6 @@ def bench_front_end(repeats, rows):
 
 
 # -- report -----------------------------------------------------------------------------------------
-
-def write_atomic(path: pathlib.Path, text: str):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
 
 def render(rows, repeats, command) -> str:
     import importlib.util

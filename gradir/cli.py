@@ -3,6 +3,8 @@
     gradir trace examples/models/mlp.py            # forward IR, backward IR, saved values
     gradir trace model.py --fn step --argnums w,b  # another function, chosen arguments
     gradir check examples/models/mlp.py            # gradcheck against central differences
+    gradir schedule model.py --policy memory       # the backward schedule, step by step
+    gradir memory model.py --format json           # the memory plan
 
 A model file is plain Python. Its function (`--fn`, default `loss`, then `model`, then the only
 function in the file) gets example inputs from `example_inputs()` or from shape annotations such as
@@ -16,6 +18,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import inspect
+import json
 import sys
 import traceback
 from dataclasses import dataclass
@@ -31,6 +34,9 @@ from rich.table import Table
 import gradir as gr
 from gradir import dtypes
 from gradir.errors import GradirError, ModelFileError
+from gradir.fileio import write_atomic
+from gradir.passes.report import value_name
+from gradir.passes.schedule import POLICIES
 from gradir.pytree import tree_flatten, tree_map
 from gradir.specs import CONVENTION, SpecDType, TensorSpec, default_argnums, resolve_example
 
@@ -257,13 +263,24 @@ def _summary(console: Console, t: Target, j) -> None:
         console.print(values, markup=False, highlight=False)
 
 
-def _reports(console: Console, j) -> None:
-    """Schedule and memory reports, printed when this gradir version has them."""
-    for attr in ("schedule", "memory"):
-        report = getattr(j, attr, None)
-        if report is not None and hasattr(report, "table"):
-            console.rule(attr, style="cyan")
-            console.print(report.table())
+def _plan_summary(console: Console, j) -> None:
+    """One paragraph each for the backward schedule and the memory plan (full: `gradir schedule`/`memory`)."""
+    s, m = j.schedule, j.memory
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    order = " ".join(value_name(n, j.backward) for n in s.order[:24]) + (" ..." if len(s.order) > 24 else "")
+    table.add_row("schedule", f"{s.policy} policy, {len(s.steps)} steps, ready queue up to "
+                              f"{max((st.queue_size for st in s.steps), default=0)} nodes: {order}")
+    if s.note:
+        table.add_row("", s.note)
+    peak = m.order[m.peak_step] if m.order else None
+    where = f" at step {m.peak_step} ({m.phases[m.peak_step]}: {peak.op})" if peak is not None else ""
+    table.add_row("memory", f"peak {_human_bytes(m.peak_bytes)}{where}; lower bound "
+                            f"{_human_bytes(m.lower_bound_bytes)}; arena {_human_bytes(m.arena_bytes)} "
+                            f"({m.fragmentation:.1%} fragmentation)")
+    console.rule("backward schedule and memory plan", style="cyan")
+    console.print(table, markup=False, highlight=False)
 
 
 def _fail(e: CLIError):
@@ -288,6 +305,7 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
 
 FILE_HELP = "Python model file (entry function plus example_inputs() or gr.f32[...] annotations)."
 FN_HELP = "Function to trace (default: loss, then model, then the only function in the file)."
+POLICY_HELP = "Backward scheduling policy: engine (most recent forward op first) or memory (free the most bytes first)."
 ARGNUMS_HELP = "Arguments to differentiate: positions or parameter names, comma-separated (default: all float ones)."
 
 
@@ -295,6 +313,7 @@ ARGNUMS_HELP = "Arguments to differentiate: positions or parameter names, comma-
 def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
           argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+          policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
           out: Annotated[Path | None, typer.Option("--out", help="Also write the IR text files into this folder.")] = None,
           viz: Annotated[bool, typer.Option("--viz", help="Draw diagrams (needs gradir.viz).")] = False,
           full: Annotated[bool, typer.Option("--full", help="Print large constants in full (so the IR parses back).")] = False):
@@ -302,19 +321,16 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
     console = Console(soft_wrap=True)
     try:
         t = load_target(file, fn, argnums)
-        with _user_code(file):
-            j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums)
+        j = _trace_grad(t, file, policy)
     except CLIError as e:
         _fail(e)
     _print_ir(console, f"forward: {t.fn.__name__}'s inputs -> result + values saved for backward", j.forward, full)
     _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full)
     _summary(console, t, j)
-    _reports(console, j)
+    _plan_summary(console, j)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         for part, graph in (("forward", j.forward), ("backward", j.backward)):
-            path = out / f"{t.fn.__name__}.{part}.ir"
-            path.write_text(graph.to_text(full=True) + "\n")
+            path = write_atomic(out / f"{t.fn.__name__}.{part}.ir", graph.to_text(full=True) + "\n")
             console.print(f"wrote {path}", markup=False, highlight=False)
     if viz:
         render = getattr(j, "render", None)
@@ -323,6 +339,52 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
         else:
             written = render(str((out or Path("gradir_out")) / t.fn.__name__))
             console.print(f"diagrams: {written}", markup=False, highlight=False)
+
+
+def _trace_grad(t: Target, file: str, policy: str):
+    if policy not in POLICIES:
+        raise CLIError(f"unknown --policy {policy!r} (have: {', '.join(POLICIES)})")
+    with _user_code(file):
+        return gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy)
+
+
+def _report_command(file, fn, argnums, policy, fmt, what: str):
+    if fmt not in ("table", "json"):
+        _fail(CLIError(f"unknown --format {fmt!r} (have: table, json)"))
+    try:
+        t = load_target(file, fn, argnums)
+        j = _trace_grad(t, file, policy)
+        report = getattr(j, what)
+    except CLIError as e:
+        _fail(e)
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_dict(), indent=1, default=str))
+    else:
+        Console(soft_wrap=True).print(report.table())
+
+
+FORMAT_HELP = "table (rich) or json (the report's to_dict())."
+
+
+@app.command()
+def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+             fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
+             argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+             policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
+             fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table"):
+    """The backward pass's dependency-counted schedule, step by step: node run, counts decremented,
+    ready queue after, bytes freed."""
+    _report_command(file, fn, argnums, policy, fmt, "schedule")
+
+
+@app.command()
+def memory(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+           fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
+           argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+           policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
+           fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table"):
+    """The memory plan of forward then backward: live bytes per step, peak, lower bound, arena."""
+    _report_command(file, fn, argnums, policy, fmt, "memory")
 
 
 def _as_float64(x):

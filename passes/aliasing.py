@@ -10,6 +10,7 @@ memory plan, the saved-tensor report and the NumPy backend's measured peak all u
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 from gradir.ir import Graph, Value
@@ -101,8 +102,16 @@ def _view_strides(v: Value, src: Value, src_strides: tuple[int, ...]) -> tuple[i
     return None
 
 
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def storage(graph: Graph) -> dict[Value, Layout]:
-    """Each value's layout: the value owning its memory, and its byte strides."""
+    """Each value's layout: the value owning its memory, and its byte strides (cached per graph
+    until it changes size)."""
+    size = len(graph.inputs) + len(graph.nodes)
+    cached = _CACHE.get(graph)
+    if cached is not None and cached[0] == size:
+        return cached[1]
     out: dict[Value, Layout] = {}
     for v in graph.all_values():
         if v.op in VIEW_OPS:
@@ -112,6 +121,7 @@ def storage(graph: Graph) -> dict[Value, Layout]:
                 out[v] = Layout(out[src].owner, strides)
                 continue
         out[v] = Layout(v, c_strides(v.shape, v.dtype.itemsize))
+    _CACHE[graph] = (size, out)
     return out
 
 

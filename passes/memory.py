@@ -85,13 +85,14 @@ class MemoryPlan(Report):
 
 
 def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str] | None = None,
-                owned_inputs=()) -> MemoryPlan:
+                owned_inputs=(), owner: dict[Value, Value] | None = None, layout: bool = True) -> MemoryPlan:
     """Lifetimes, live bytes per step, peak, a lower bound and an arena layout for running
     `graph`'s nodes in `order` (default: graph order). `owned_inputs` are inputs the program frees
-    after their last use (saved activations handed to a backward program)."""
+    after their last use (saved activations handed to a backward program). `owner` may pass in
+    passes.aliasing.owners(graph); `layout=False` skips the arena (offsets stay -1)."""
     order = list(graph.nodes) if order is None else list(order)
     step = {n: t for t, n in enumerate(order)}
-    owner = storage_owners(graph)
+    owner = storage_owners(graph) if owner is None else owner
     keep = {owner[o] for o in graph.outputs}
     last = len(order) - 1
     owned = set(owned_inputs)
@@ -127,7 +128,7 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     for n in order:
         touched = {owner[i] for i in n.inputs} | {owner[n]}
         lower = max(lower, sum(buffers[b].nbytes for b in touched if b in buffers))
-    arena = _best_fit(bufs, len(order))
+    arena = _best_fit(bufs, len(order)) if layout else 0
     return MemoryPlan(graph, order, bufs, live, peak, peak_step, lower, arena, list(phases or []))
 
 

@@ -12,6 +12,8 @@ Policies:
 - ``memory``: the ready node that frees the most bytes first (bytes of operands it reads for the
   last time, minus the bytes of its own result), ties broken by engine order. Uses the same
   storage model as the memory plan (views free nothing until their buffer's last reader runs).
+  Greedy choices can back-fire; if the greedy order's planned peak is above engine order's, the
+  engine order is returned (with a note), so this policy never peaks above engine order.
 """
 
 from __future__ import annotations
@@ -27,26 +29,16 @@ from gradir.passes.aliasing import owners as storage_owners
 from gradir.passes.report import Report, human_bytes, value_name
 
 POLICIES = ("engine", "memory")
-QUEUE_SHOWN = 16  # ready-queue entries kept per step in the report
+QUEUE_SHOWN = 8  # ready-queue entries listed per step in reports (the count is always given)
 
 
 @dataclass
 class Step:
     index: int
     node: Value
-    decremented: list[tuple[Value, int]]  # (user, its count after this step)
-    queue: list[Value]                    # ready queue after this step (first QUEUE_SHOWN entries)
-    queue_size: int
+    decremented: list[tuple[Value, int]]  # (user, its count after this step); count 0: it became ready
+    queue_size: int                       # ready nodes waiting after this step
     freed_bytes: int
-
-    def to_dict(self, graph: Graph) -> dict:
-        return {
-            "step": self.index, "node": value_name(self.node, graph), "op": self.node.op,
-            "source": self.node.source,
-            "decremented": [{"node": value_name(u, graph), "count": c} for u, c in self.decremented],
-            "queue": [value_name(q, graph) for q in self.queue], "queue_size": self.queue_size,
-            "freed_bytes": self.freed_bytes,
-        }
 
 
 @dataclass
@@ -56,21 +48,38 @@ class Schedule(Report):
     order: list[Value]
     steps: list[Step] = field(repr=False)
     initial_counts: dict[Value, int] = field(repr=False)
+    note: str = ""
+
+    def queues(self):
+        """The ready queue after each step (its first QUEUE_SHOWN nodes in engine order), replayed
+        from the steps: what was ready at the start, plus what each step made ready, minus what ran."""
+        position = {v: i for i, v in enumerate(self.graph.nodes)}
+        ready = {v for v, c in self.initial_counts.items() if c == 0}
+        for s in self.steps:
+            ready.discard(s.node)
+            ready.update(u for u, c in s.decremented if c == 0)
+            yield sorted(ready, key=position.__getitem__)[:QUEUE_SHOWN]
 
     def to_dict(self) -> dict:
-        return {"policy": self.policy, "graph": self.graph.name, "num_steps": len(self.steps),
-                "initial_counts": {value_name(v, self.graph): c for v, c in self.initial_counts.items()},
-                "steps": [s.to_dict(self.graph) for s in self.steps]}
+        g = self.graph
+        steps = [{
+            "step": s.index, "node": value_name(s.node, g), "op": s.node.op, "source": s.node.source,
+            "decremented": [{"node": value_name(u, g), "count": c} for u, c in s.decremented],
+            "queue": [value_name(q, g) for q in queue], "queue_size": s.queue_size, "freed_bytes": s.freed_bytes,
+        } for s, queue in zip(self.steps, self.queues())]
+        return {"policy": self.policy, "graph": g.name, "num_steps": len(self.steps), "note": self.note,
+                "initial_counts": {value_name(v, g): c for v, c in self.initial_counts.items()}, "steps": steps}
 
     def table(self) -> Table:
-        t = Table(title=f"schedule of {self.graph.name} ({self.policy} policy, {len(self.steps)} steps)")
+        t = Table(title=f"schedule of {self.graph.name} ({self.policy} policy, {len(self.steps)} steps)",
+                  caption=self.note or None)
         for col in ("step", "runs", "op", "counts decremented", "ready queue after", "frees", "source"):
             t.add_column(col, overflow="fold")
-        for s in self.steps:
+        for s, ready in zip(self.steps, self.queues()):
             dec = ", ".join(f"{value_name(u, self.graph)}->{c}" for u, c in s.decremented)
-            queue = ", ".join(value_name(q, self.graph) for q in s.queue)
-            if s.queue_size > len(s.queue):
-                queue += f", ... (+{s.queue_size - len(s.queue)})"
+            queue = ", ".join(value_name(q, self.graph) for q in ready)
+            if s.queue_size > len(ready):
+                queue += f", ... (+{s.queue_size - len(ready)})"
             t.add_row(str(s.index), value_name(s.node, self.graph), s.node.op, dec, queue or "-",
                       human_bytes(s.freed_bytes) if s.freed_bytes else "", s.node.source or "")
         return t
@@ -82,6 +91,24 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
     saved activations a backward program receives)."""
     if policy not in POLICIES:
         raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="schedule")
+    owner = storage_owners(graph)
+    result = _run(graph, policy, _Buffers(graph, owner, owned_inputs))
+    if policy == "memory":
+        # greedy is myopic: where it ends up peaking above engine order, engine order is kept
+        from gradir.passes.memory import plan_memory
+
+        engine = _run(graph, "engine", _Buffers(graph, owner, owned_inputs))
+        greedy_peak, engine_peak = (plan_memory(graph, s.order, owned_inputs=owned_inputs, owner=owner,
+                                                layout=False).peak_bytes for s in (result, engine))
+        if engine_peak < greedy_peak:
+            engine.policy = "memory"
+            engine.note = (f"the greedy order peaked at {human_bytes(greedy_peak)}, above engine order's "
+                           f"{human_bytes(engine_peak)}: engine order kept")
+            return engine
+    return result
+
+
+def _run(graph: Graph, policy: str, buffers: _Buffers) -> Schedule:
     position = {v: i for i, v in enumerate(graph.nodes)}
     users: dict[Value, list[Value]] = {v: [] for v in graph.all_values()}
     count: dict[Value, int] = {}
@@ -90,7 +117,6 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
         for i in n.inputs:
             users[i].append(n)
     initial = dict(count)
-    buffers = _Buffers(graph, owned_inputs)
 
     memory = policy == "memory"
     heap: list = []
@@ -107,8 +133,8 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
             push(n)
     steps, order = [], []
     while heap:
-        n = heapq.heappop(heap)[3]
-        if n not in ready:
+        _, _, st, n = heapq.heappop(heap)
+        if n not in ready or st != stamp[n]:
             continue  # a stale entry, re-pushed since with a newer score
         ready.discard(n)
         order.append(n)
@@ -123,9 +149,7 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
         if memory:
             for u in now_last & ready:  # u now reads some buffer for the last time: a better score
                 push(u)
-        live = [e for e in heap if e[3] in ready and e[2] == stamp[e[3]]]
-        queue = [e[3] for e in heapq.nsmallest(QUEUE_SHOWN, live)]
-        steps.append(Step(len(steps), n, decremented, queue, len(ready), freed))
+        steps.append(Step(len(steps), n, decremented, len(ready), freed))
     if len(order) != len(graph.nodes):
         raise VerifyError("not every node became ready (a cycle?)", op="schedule")
     return Schedule(graph, policy, order, steps, initial)
@@ -135,31 +159,30 @@ class _Buffers:
     """Which buffers each node frees, under the storage model of passes.aliasing: a buffer (with
     all views of it) is freed after its last reader runs; inputs, constants and outputs never are."""
 
-    def __init__(self, graph: Graph, owned_inputs=()):
-        owner = storage_owners(graph)
+    def __init__(self, graph: Graph, owner: dict[Value, Value], owned_inputs=()):
         keep = {owner[o] for o in graph.outputs}
         self.reads = {n: {owner[i] for i in n.inputs} for n in graph.nodes}
         candidates = [v for v in graph.nodes if v.op != "const"] + list(owned_inputs)
-        self.counted = {v for v in candidates if owner[v] is v and v not in keep and v.ndim}  # as passes.memory
+        # buffer -> bytes, for the buffers a run frees (the accounting rule of passes.memory)
+        self.size = {v: v.nbytes for v in candidates if owner[v] is v and v not in keep and v.ndim}
         self.readers: dict[Value, set[Value]] = {}
         for n, bufs in self.reads.items():
             for b in bufs:
                 self.readers.setdefault(b, set()).add(n)
         self.left = {b: len(r) for b, r in self.readers.items()}
-        self.owns = {n: owner[n] is n and n in self.counted for n in graph.nodes}
 
     def net_freed(self, n: Value) -> int:
         """Bytes running `n` would free, minus the bytes of the buffer it allocates."""
-        gone = sum(b.nbytes for b in self.reads[n] if b in self.counted and self.left[b] == 1)
-        return gone - (n.nbytes if self.owns[n] else 0)
+        size = self.size
+        return sum(size[b] for b in self.reads[n] if b in size and self.left[b] == 1) - size.get(n, 0)
 
     def run(self, n: Value) -> tuple[int, set[Value]]:
         """Account for `n` running: (bytes freed, nodes that became some buffer's last reader)."""
         freed, now_last = 0, set()
         for b in self.reads[n]:
             self.left[b] -= 1
-            if self.left[b] == 0 and b in self.counted:
-                freed += b.nbytes
+            if self.left[b] == 0:
+                freed += self.size.get(b, 0)
             elif self.left[b] == 1:
                 now_last |= self.readers[b]
         return freed, now_last

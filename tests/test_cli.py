@@ -309,3 +309,28 @@ def test_example_inputs_tuple_and_dict(tmp_path):
                                         "def example_inputs():\n    return (1.0,)\n")), "w_mod")
     with pytest.raises(ModelFileError, match="do not fit loss"):
         example_args(wrong.loss, wrong)
+
+
+# -- schedule and memory commands -----------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["engine", "memory"])
+def test_schedule_and_memory_commands_give_the_api_reports(policy):
+    import json
+
+    from gradir.cli import load_target
+
+    t = load_target(str(MLP), None, None)
+    j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy)
+    for what in ("schedule", "memory"):
+        result = runner.invoke(app, [what, str(MLP), "--policy", policy, "--format", "json"])
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout) == json.loads(json.dumps(getattr(j, what).to_dict(), default=str))
+    table = runner.invoke(app, ["memory", str(MLP), "--policy", policy])
+    assert table.exit_code == 0 and "peak" in table.stdout
+
+
+def test_trace_summarises_schedule_and_memory_and_rejects_unknown_policy():
+    result = _trace(str(MLP))
+    assert "engine policy" in result.stdout and "lower bound" in result.stdout
+    bad = runner.invoke(app, ["schedule", str(MLP), "--policy", "fastest"])
+    assert bad.exit_code == 2 and "unknown --policy 'fastest'" in bad.stderr and "Traceback" not in bad.stderr
