@@ -12,6 +12,7 @@ from gradir.ir import Graph, Value
 from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-level namespace
 from gradir.ops import __all__ as _ops_all
 from gradir.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
+from gradir.tensor import Tensor, enable_grad, no_grad  # noqa: F401 - the eager front door
 
 __version__ = "0.1.0"
 

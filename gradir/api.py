@@ -22,7 +22,7 @@ from gradir.errors import GradirError, NonDifferentiableError, ShapeError, Unsup
 from gradir.grad_trace import GradTrace
 from gradir.ir import Graph, Value
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
-from gradir.trace import abstract_dtype, constant, inline, is_traced, trace_flat, user_source
+from gradir.trace import EagerOperand, abstract_dtype, constant, inline, is_traced, trace_flat, user_source
 
 # -- arguments ------------------------------------------------------------------------------------
 
@@ -62,6 +62,8 @@ def _as_leaf(leaf):
         return leaf
     if _is_torch(leaf):
         return leaf.detach().cpu().numpy()
+    if isinstance(leaf, EagerOperand):  # a gr.Tensor: its current data
+        return leaf.data
     abstract_dtype(leaf)  # raises a clear error for unsupported leaves
     return np.asarray(leaf)
 
@@ -360,5 +362,6 @@ def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: s
     a = _prepare(fn, args)
     nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
     graph = _trace(fn, a)
-    joint = run_pipeline(joint_graph(graph, _wrt(a, nums, "trace_grad")))
-    return GradTrace(graph, joint, partition(joint), policy or "engine")
+    wrt = _wrt(a, nums, "trace_grad")
+    joint = run_pipeline(joint_graph(graph, wrt))
+    return GradTrace(graph, joint, partition(joint), policy or "engine", tuple(wrt))

@@ -236,8 +236,7 @@ def _print_ir(console: Console, title: str, graph: gr.Graph, full: bool):
 
 
 def _summary(console: Console, t: Target, j) -> None:
-    saved = [v for v in j.residuals if v.op != "input"]
-    saved_bytes = sum(v.nbytes for v in saved)
+    saved = j.saved
     names = _arg_names(t.fn, len(t.args))
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -249,18 +248,12 @@ def _summary(console: Console, t: Target, j) -> None:
     table.add_row("forward", f"{len(j.forward.nodes)} nodes, {len(j.forward.outputs)} outputs "
                              f"({results} result{'s' * (results != 1)} + {len(j.residuals)} saved)")
     table.add_row("backward", f"{len(j.backward.nodes)} nodes, {len(j.backward.outputs)} gradients")
-    table.add_row("saved for backward", f"{len(j.residuals)} values: {len(j.residuals) - len(saved)} inputs "
-                                        f"(no new memory) + {len(saved)} computed, {_human_bytes(saved_bytes)}")
+    inputs = sum(1 for e in saved.entries if e.kind == "input")
+    table.add_row("saved for backward", f"{saved.count} values: {inputs} inputs (no new memory) + "
+                                        f"{saved.count - inputs} computed, {_human_bytes(saved.bytes)} new memory")
     console.rule("summary", style="cyan")
     console.print(table, markup=False, highlight=False)
-    if saved:
-        values = Table(title="computed values saved for backward", title_justify="left")
-        for col in ("backward input", "type", "bytes", "source"):
-            values.add_column(col)
-        names_in_bwd = {r: b.attrs.get("name") for r, b in zip(j.residuals, j.backward.inputs)}
-        for v in saved:
-            values.add_row(str(names_in_bwd[v]), v.type_str, f"{v.nbytes:,}", v.source or "")
-        console.print(values, markup=False, highlight=False)
+    console.print(saved.table())
 
 
 def _plan_summary(console: Console, j) -> None:
@@ -281,6 +274,11 @@ def _plan_summary(console: Console, j) -> None:
                             f"({m.fragmentation:.1%} fragmentation)")
     console.rule("backward schedule and memory plan", style="cyan")
     console.print(table, markup=False, highlight=False)
+
+
+def _console() -> Console:
+    """Terminal output; piped output gets room for the wide report tables."""
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def _fail(e: CLIError):
@@ -318,7 +316,7 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           viz: Annotated[bool, typer.Option("--viz", help="Draw diagrams (needs gradir.viz).")] = False,
           full: Annotated[bool, typer.Option("--full", help="Print large constants in full (so the IR parses back).")] = False):
     """Trace FILE's function, differentiate it, and print the forward and backward IR."""
-    console = Console(soft_wrap=True)
+    console = _console()
     try:
         t = load_target(file, fn, argnums)
         j = _trace_grad(t, file, policy)
@@ -360,7 +358,7 @@ def _report_command(file, fn, argnums, policy, fmt, what: str):
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=1, default=str))
     else:
-        Console(soft_wrap=True).print(report.table())
+        _console().print(report.table())
 
 
 FORMAT_HELP = "table (rich) or json (the report's to_dict())."

@@ -57,3 +57,15 @@ class ExecutionError(GradirError, RuntimeError):
 
 class ModelFileError(GradirError):
     """A model file given to the CLI is missing or does not follow the convention."""
+
+
+class VersionError(GradirError, RuntimeError):
+    """A value saved for backward was modified in place before backward read it."""
+
+
+class FreedGraphError(GradirError, RuntimeError):
+    """backward() through a graph whose saved values an earlier backward() already freed."""
+
+
+class InPlaceError(GradirError, RuntimeError):
+    """While tracing, an in-place write to a value a VJP rule already saved for backward."""

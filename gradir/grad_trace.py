@@ -23,6 +23,7 @@ class GradTrace:
     joint: Graph      # forward + backward, after cleanup
     partition: object  # gradir.passes.Partition
     policy: str = "engine"
+    wrt: tuple[int, ...] | None = None  # flat positions of the inputs gradients are taken for
 
     @property
     def forward(self) -> Graph:
@@ -67,7 +68,7 @@ class GradTrace:
         """The saved-tensor report: every residual, who made it, who reads it and why."""
         from gradir.passes.saved import saved_tensors
 
-        return saved_tensors(self.partition, self.schedule.order)
+        return saved_tensors(self.partition, self.schedule.order, wrt=self.wrt)
 
     def _flat_args(self, args) -> list:
         from gradir.pytree import tree_flatten
@@ -97,7 +98,7 @@ class GradTrace:
 
     def with_policy(self, policy: str) -> GradTrace:
         """The same trace scheduled under another policy."""
-        return GradTrace(self.graph, self.joint, self.partition, policy)
+        return GradTrace(self.graph, self.joint, self.partition, policy, self.wrt)
 
     def __str__(self) -> str:
         return f"{self.forward}\n\n{self.backward}"

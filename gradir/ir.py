@@ -138,6 +138,19 @@ class Value:
     def __ne__(self, o): return _ops().not_equal(self, o)
     def __getitem__(self, idx): return _ops().getitem(self, idx)
 
+    # -- in-place writes (functionalized in gradir/ops/update.py: the object comes to denote the
+    # -- new value; raises InPlaceError if a VJP rule already saved the old one) ----------------
+    def add_(self, o, alpha=1): return _update().inplace(self, "add_", o, alpha)
+    def sub_(self, o, alpha=1): return _update().inplace(self, "sub_", o, alpha)
+    def mul_(self, o): return _update().inplace(self, "mul_", o)
+    def div_(self, o): return _update().inplace(self, "div_", o)
+    def __iadd__(self, o): return _update().inplace(self, "+=", o)
+    def __isub__(self, o): return _update().inplace(self, "-=", o)
+    def __imul__(self, o): return _update().inplace(self, "*=", o)
+    def __itruediv__(self, o): return _update().inplace(self, "/=", o)
+    def __setitem__(self, idx, v): _update().inplace_setitem(self, idx, v)
+    # -- end of in-place writes ------------------------------------------------------------------
+
     # NumPy-like methods
     @property
     def T(self): return _ops().transpose(self)
@@ -164,6 +177,12 @@ def _ops():
     import gradir.ops as ops
 
     return ops
+
+
+def _update():  # in-place writes (see the block on Value)
+    import gradir.ops.update as update
+
+    return update
 
 
 class Graph:
@@ -204,6 +223,13 @@ class Graph:
 
     def all_values(self) -> list[Value]:
         return self.inputs + self.nodes
+
+    def number(self, v: Value) -> int:
+        """The value's k in the text form's `%k` (its position among inputs then nodes)."""
+        if getattr(self, "_numbered", 0) != len(self.inputs) + len(self.nodes):
+            self._numbers = {x: i for i, x in enumerate(self.all_values())}
+            self._numbered = len(self._numbers)
+        return self._numbers[v]
 
     def __len__(self) -> int:
         return len(self.nodes)

@@ -47,7 +47,7 @@ from gradir.ops import (
 from gradir.ops.conv import fold, out_size, pair, unfold
 from gradir.ops.lifting import lift, lift_all, normalize_axes, to_numpy
 from gradir.primitive import Primitive, get_primitive, register
-from gradir.trace import bind, building, constant, is_traced, user_source
+from gradir.trace import EagerOperand, bind, building, constant, is_traced, user_source
 
 __all__ = ["avg_pool2d", "batch_norm", "batch_norm_stats", "composite", "conv2d", "cross_entropy", "dropout",
            "embedding", "fold", "gelu", "layer_norm", "linear", "log_softmax", "max_pool2d", "one_hot", "out_size",
@@ -98,6 +98,8 @@ def _checked(op: str, infer, *operands, **attrs):
 
 def _apply(op: str, decompose, operands, attrs):
     """Bind the composite inside a trace; on concrete operands run its decomposition eagerly."""
+    if any(isinstance(o, EagerOperand) for o in operands):
+        return bind(op, *operands, **attrs)  # eager Tensors record one fused node on their tape
     if not is_traced(*operands):
         return decompose(*operands, **attrs)
     return bind(op, *[o if isinstance(o, Value) else lift(o) for o in operands], **attrs)

@@ -60,6 +60,18 @@ def current_graph() -> Graph | None:
     return _BUILDERS[-1] if _BUILDERS else None
 
 
+class EagerOperand:
+    """Base class of eager tensors (`gradir.tensor.Tensor`). `bind` hands an op on them to their
+    `_eager_bind`, which evaluates it now and records it on the tape; inside a trace they enter as
+    constants (their current value, no gradient)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _eager_bind(cls, op: str, operands: tuple, attrs: dict):
+        raise NotImplementedError
+
+
 def is_traced(*xs) -> bool:
     return any(isinstance(x, Value) for x in xs)
 
@@ -78,6 +90,10 @@ def capture(v: Value, graph: Graph) -> Value:
 
 def bind(op: str, *operands, **attrs) -> Any:
     """Apply primitive `op`: evaluate now on NumPy operands, or record a node on traced ones."""
+    if any(isinstance(o, EagerOperand) for o in operands):
+        if not is_traced(*operands):
+            return next(o for o in operands if isinstance(o, EagerOperand))._eager_bind(op, operands, attrs)
+        operands = tuple(constant(o.data) if isinstance(o, EagerOperand) else o for o in operands)
     prim = get_primitive(op)
     graph = current_graph()
     if not is_traced(*operands):

@@ -54,6 +54,7 @@ from gradir.ops.shapes import (
     swapaxes,
     transpose,
 )
+from gradir.ops.update import setitem  # noqa: F401 - x[idx] = v as a pure op; registers its primitives
 
 __all__ = [
     "abs", "add", "arange", "argmax", "argmin", "astype", "broadcast_to", "concatenate", "cos", "divide", "dot",

@@ -116,7 +116,7 @@ exp = unary("exp", "np.exp(x)", lambda t, y, x: t * y)
 log = unary("log", "np.log(x)", lambda t, y, x: t / x)
 tanh = unary("tanh", "np.tanh(x)", lambda t, y, x: t * (1 - y * y))
 sigmoid = unary("sigmoid", "_k.sigmoid(x)", lambda t, y, x: t * (y * (1 - y)), doc="Logistic 1/(1+exp(-x)).")
-relu = unary("relu", "np.maximum(x, 0)", lambda t, y, x: t * _float_like(x > 0, x), domain=FLOAT,
+relu = unary("relu", "np.maximum(x, 0)", lambda t, y, x: t * _float_like(y > 0, y), domain=FLOAT,
              doc="max(x, 0); its derivative at 0 is taken as 0, as in PyTorch.")
 sqrt = unary("sqrt", "np.sqrt(x)", lambda t, y, x: t * (0.5 / y))
 rsqrt = unary("rsqrt", "1 / np.sqrt(x)", lambda t, y, x: t * (-0.5 * y / x), doc="1/sqrt(x).")

@@ -7,11 +7,11 @@ import numpy as np
 from gradir import dtypes
 from gradir.errors import AxisError, DTypeError, ShapeError
 from gradir.ir import Value
-from gradir.trace import bind, constant, is_traced, user_source
+from gradir.trace import EagerOperand, bind, constant, current_graph, is_traced, user_source
 
 
 def to_numpy(x):
-    """NumPy view of an argument (torch tensors included)."""
+    """NumPy view of an argument (torch tensors included; gr.Tensors stay operands)."""
     if type(x).__module__.startswith("torch"):
         return x.detach().cpu().numpy()
     return x
@@ -22,6 +22,8 @@ def lift(x, like_dtype=None):
     arrays become constants (inside a trace) or stay arrays."""
     if isinstance(x, Value):
         return x
+    if isinstance(x, EagerOperand):  # eager tensors are operands; inside a trace, constants
+        return x if current_graph() is None else constant(x.data)
     x = to_numpy(x)
     if isinstance(x, (bool, int, float, complex)):
         return constant(x, dtypes.weak_dtype(x, like_dtype))
@@ -41,7 +43,7 @@ def lift_all(*xs, op: str):
     """Lift operands and promote them to one dtype (Python scalars weakly typed)."""
     strong = [to_numpy(x) for x in xs if not _is_weak(x)]
     if strong:
-        dt = dtypes.promote(*[np.asarray(s).dtype if not isinstance(s, Value) else s.dtype for s in strong])
+        dt = dtypes.promote(*[s.dtype if isinstance(s, (Value, EagerOperand)) else np.asarray(s).dtype for s in strong])
         # a weak scalar of a higher kind still widens the result (int32 array + 2.0 -> float64), as NumPy 2
         dt = dtypes.promote(dt, *[dtypes.weak_dtype(x, dt) for x in xs if _is_weak(x)])
     else:
