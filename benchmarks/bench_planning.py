@@ -48,8 +48,8 @@ def time_planning(depth: int, repeats: int = 3):
         for _ in range(repeats):
             t0 = time.perf_counter()
             s = schedule(j.backward, policy, owned_inputs=j.saved_inputs)
-            order, phases = j.partition.timeline(s.order)
-            plan = plan_memory(j.joint, order, phases)
+            graph, order, phases = j.partition.stitch(s.order)
+            plan = plan_memory(graph, order, phases)
             times.append(time.perf_counter() - t0)
         rows.append((len(j.backward.nodes), len(j.joint.nodes), policy, statistics.median(times) * 1e3, plan.peak_bytes))
     return rows

@@ -5,7 +5,7 @@
 """
 
 from gradir import checks, dtypes, errors, nn  # noqa: F401 - the gr.checks and gr.nn namespaces
-from gradir.api import compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
+from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.errors import GradirError
 from gradir.ir import Graph, Value
@@ -13,9 +13,10 @@ from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-l
 from gradir.ops import __all__ as _ops_all
 from gradir.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
 from gradir.tensor import Tensor, enable_grad, no_grad  # noqa: F401 - the eager front door
+from gradir.trace import scope
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "GradirError", "Value", "__version__", "bfloat16", "bool_", "compile", "complex128",
-           "dtypes", "errors", "float16", "float32", "float64", "grad", "int32", "int64", "jvp", "trace",
-           "trace_grad", "value_and_grad", "vjp", *_ops_all]
+__all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "compile",
+           "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "grad", "int32", "int64",
+           "jvp", "no_grad", "scope", "trace", "trace_grad", "value_and_grad", "vjp", *_ops_all]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,10 +168,51 @@ def _grad_graph(fn, a: _Args, argnums, op: str):
     seeded_inputs = [seeded.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in joint.inputs[:-1]]
     from gradir.trace import building
 
+    plan = _remat_plan(run_pipeline(joint)) if _REMAT or _has_checkpoints(forward) else None
     with building(seeded):
         one = constant(np.ones((), dtype=forward.outputs[0].dtype))
-        seeded.outputs = inline(joint, seeded_inputs + [one])
+        if plan is None:
+            seeded.outputs = inline(joint, seeded_inputs + [one])
+        else:  # forward program, then the backward program recomputing what the plan did not keep
+            part, k = plan[1], plan[1].forward.num_forward_outputs
+            outs = inline(part.forward, seeded_inputs)
+            seeded.outputs = outs[:k] + inline(part.backward, outs[k:] + [one])
     return run_pipeline(seeded), nums, forward
+
+
+_REMAT: list[tuple] = []  # (policy, memory_budget, options) while gr.compile(remat=...) traces
+
+
+def _has_checkpoints(graph: Graph) -> bool:
+    from gradir.passes.remat import in_checkpoint
+
+    return any(in_checkpoint(n) for n in graph.nodes)
+
+
+def _remat_plan(joint: Graph, policy=None, memory_budget=None, options=None):
+    """(plan, partition) for the enclosing gr.compile's remat settings, or the given ones."""
+    from gradir.passes import partition
+    from gradir.passes.remat import plan_remat
+
+    if policy is None and memory_budget is None and _REMAT:
+        policy, memory_budget, options = _REMAT[-1]
+    plan = plan_remat(joint, policy, memory_budget, **(options or {}))
+    return plan, partition(joint, saved=plan.saved)
+
+
+def checkpoint(fn: Callable) -> Callable:
+    """Mark `fn` as a recompute region (torch.utils.checkpoint / jax.checkpoint): backward keeps
+    only what enters and leaves it and computes its inside again. The gradients are the same."""
+    from gradir.passes.remat import CHECKPOINT
+    from gradir.trace import scope
+
+    ids = itertools.count()
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with scope(f"{CHECKPOINT}:{getattr(fn, '__name__', 'fn')}#{next(ids)}"):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def _split_grads(flat_grads, a: _Args, nums):
@@ -282,9 +324,11 @@ class Compiled:
         if backend not in BACKENDS:
             raise UnsupportedOpError(f"backend {backend!r} is not available (have: {', '.join(BACKENDS)})",
                                      op="compile")
-        if remat is not None or memory_budget is not None:
-            raise UnsupportedOpError("recompute planning (remat=, memory_budget=) is not implemented yet",
-                                     op="compile")
+        from gradir.passes.remat import POLICIES as REMAT_POLICIES
+
+        if remat not in (None, *REMAT_POLICIES):
+            raise GradirError(f"unknown recompute policy {remat!r} (have: {', '.join(REMAT_POLICIES)})", op="compile")
+        self.remat = (remat or ("optimal" if memory_budget is not None else "none"), memory_budget, {})
         from gradir.passes.schedule import POLICIES
 
         if policy not in POLICIES:
@@ -303,7 +347,11 @@ class Compiled:
             from gradir.passes import run_pipeline
             from gradir.passes.schedule import schedule
 
-            graph = run_pipeline(_trace(self.fn, a))
+            _REMAT.append(self.remat)
+            try:
+                graph = run_pipeline(_trace(self.fn, a))
+            finally:
+                _REMAT.pop()
             if _captures(graph):
                 raise GradirError("a compiled function may not close over values of an enclosing trace",
                                   op="compile", source=user_source())
@@ -351,17 +399,19 @@ def compile(fn: Callable | None = None, *, backend: str = "numpy", remat: str | 
 
 
 def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: str | None = None,
-               memory_budget: int | None = None, policy: str | None = None) -> GradTrace:
+               memory_budget: int | None = None, policy: str | None = None, **remat_options) -> GradTrace:
     """Trace, differentiate and partition `fn` at `args` for inspection: `.forward`, `.backward`,
-    `.saved`, `.schedule` (dependency-counted, under `policy`: "engine" or "memory"), `.memory`."""
-    from gradir.passes import joint_graph, partition, run_pipeline
+    `.saved`, `.schedule` (dependency-counted, under `policy`: "engine" or "memory"), `.memory`,
+    and `.remat` (the recompute plan under `remat`: none, uniform, selective, mincut, optimal, with
+    `memory_budget` in bytes for optimal; options such as segments=6 for uniform)."""
+    from gradir.passes import joint_graph, run_pipeline
 
-    if remat is not None or memory_budget is not None:
-        raise UnsupportedOpError("recompute planning (remat=, memory_budget=) is not implemented yet",
-                                 op="trace_grad")
     a = _prepare(fn, args)
     nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
     graph = _trace(fn, a)
     wrt = _wrt(a, nums, "trace_grad")
     joint = run_pipeline(joint_graph(graph, wrt))
-    return GradTrace(graph, joint, partition(joint), policy or "engine", tuple(wrt))
+    if remat is None and memory_budget is not None:
+        remat = "optimal"
+    plan, part = _remat_plan(joint, remat or "none", memory_budget, remat_options)
+    return GradTrace(graph, joint, part, policy or "engine", tuple(wrt), plan)

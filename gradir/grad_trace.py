@@ -24,6 +24,7 @@ class GradTrace:
     partition: object  # gradir.passes.Partition
     policy: str = "engine"
     wrt: tuple[int, ...] | None = None  # flat positions of the inputs gradients are taken for
+    plan: object = None  # gradir.passes.remat.RematPlan the partition follows
 
     @property
     def forward(self) -> Graph:
@@ -60,8 +61,8 @@ class GradTrace:
         """The memory plan of forward then backward (in the schedule's order)."""
         from gradir.passes.memory import plan_memory
 
-        order, phases = self.partition.timeline(self.schedule.order)
-        return plan_memory(self.joint, order, phases)
+        graph, order, phases = self.partition.stitch(self.schedule.order)
+        return plan_memory(graph, order, phases)
 
     @functools.cached_property
     def saved(self):
@@ -93,12 +94,19 @@ class GradTrace:
 
         flat = self._flat_args(args)
         cts = [np.full(o.shape, cotangent, o.dtype) for o in self.graph.outputs]
-        order, _ = self.partition.timeline(self.schedule.order)
-        return measure_memory(self.joint, flat + cts, order)
+        graph, order, _ = self.partition.stitch(self.schedule.order)
+        return measure_memory(graph, flat + cts, order)
 
     def with_policy(self, policy: str) -> GradTrace:
         """The same trace scheduled under another policy."""
-        return GradTrace(self.graph, self.joint, self.partition, policy, self.wrt)
+        return GradTrace(self.graph, self.joint, self.partition, policy, self.wrt, self.plan)
+
+    @functools.cached_property
+    def remat(self):
+        """The recompute plan's report: saved, recomputed, recompute cost, activation peak."""
+        from gradir.passes.remat import RematPlan, evaluate
+
+        return evaluate(self.joint, self.plan or RematPlan("none", None), self.partition)
 
     def __str__(self) -> str:
         return f"{self.forward}\n\n{self.backward}"

@@ -39,16 +39,17 @@ class Value:
     ``x[1:]``, ``x @ w``) record new nodes in the graph being built.
     """
 
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "source", "graph", "uid", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "source", "scope", "graph", "uid", "__weakref__")
     __array_priority__ = 1000  # so `ndarray * Value` defers to Value.__rmul__
 
-    def __init__(self, op, inputs, attrs, shape, dtype, source=None, graph=None):
+    def __init__(self, op, inputs, attrs, shape, dtype, source=None, graph=None, scope=()):
         self.op: str = op
         self.inputs: tuple[Value, ...] = tuple(inputs)
         self.attrs: dict[str, Any] = attrs
         self.shape: tuple[int, ...] = tuple(int(s) for s in shape)
         self.dtype: np.dtype = np.dtype(dtype)
         self.source: str | None = source
+        self.scope: tuple[str, ...] = tuple(scope)  # enclosing gr.scope / gr.checkpoint regions, outermost first
         self.graph: Graph | None = graph
         self.uid = next(_ids)
 
@@ -216,8 +217,8 @@ class Graph:
         self.inputs.append(v)
         return v
 
-    def append(self, op, inputs, attrs, shape, dtype, source=None) -> Value:
-        v = Value(op, inputs, attrs, shape, dtype, source, self)
+    def append(self, op, inputs, attrs, shape, dtype, source=None, scope=()) -> Value:
+        v = Value(op, inputs, attrs, shape, dtype, source, self, scope)
         self.nodes.append(v)
         return v
 
@@ -363,7 +364,7 @@ def _format_value(v: Value, names: dict[Value, str], full: bool) -> str:
     parts = [names.get(i, "?") for i in v.inputs]
     parts += [f"{k}={_format_attr(a, full)}" for k, a in v.attrs.items()]
     args = (" " + ", ".join(parts)) if parts else ""
-    src = f"  # {v.source}" if v.source else ""
+    src = f"  # {v.source or ''}" + (f" @{'/'.join(v.scope)}" if v.scope else "") if v.source or v.scope else ""
     return f"{names[v]} = {v.op}{args} : {v.type_str}{src}"
 
 
@@ -426,7 +427,9 @@ def _parse(text: str) -> Graph:
                                    "to_text(full=True))", op=op, source=where) from e
         dtype = dtypes.as_dtype(dt)
         shape = tuple(int(s) for s in shp.split(",") if s)
+        source, _, scope = source.partition(" @")
         src = source.strip() or None
+        scope = tuple(scope.strip().split("/")) if scope.strip() else ()
         if op == "input":
             v = g.add_input(shape, dtype, attrs.get("name"), src)
         else:
@@ -436,7 +439,7 @@ def _parse(text: str) -> Graph:
                                        op=op, source=where)
                 attrs["value"] = np.asarray(attrs["value"]).astype(dtype).reshape(shape)
             attrs = {k: (dtypes.as_dtype(a) if k == "dtype" else a) for k, a in attrs.items()}
-            v = g.append(op, operands, attrs, shape, dtype, src)
+            v = g.append(op, operands, attrs, shape, dtype, src, scope)
         if f"%{vid}" in env:
             raise IRParseError(f"%{vid} defined twice", op=op, source=where)
         env[f"%{vid}"] = v

@@ -20,13 +20,14 @@ from gradir.ir import Graph, Value
 from gradir.primitive import get_primitive
 
 _BUILDERS: list[Graph] = []          # graphs under construction, innermost last
-_SOURCE_OVERRIDE: list[str | None] = []  # set while autodiff emits a forward node's rule
+_SOURCE_OVERRIDE: list[tuple[str | None, tuple | None]] = []  # set while a pass re-records a node
+_SCOPES: list[str] = []  # gr.scope / gr.checkpoint regions the user's code is inside
 
 
 def user_source(depth: int = 1) -> str | None:
     """`file.py:LINE` of the innermost frame outside gradir's own modules."""
     if _SOURCE_OVERRIDE:
-        return _SOURCE_OVERRIDE[-1]
+        return _SOURCE_OVERRIDE[-1][0]
     f = sys._getframe(depth)
     while f is not None:
         mod = f.f_globals.get("__name__", "")
@@ -36,14 +37,32 @@ def user_source(depth: int = 1) -> str | None:
     return None
 
 
+def current_scope() -> tuple[str, ...]:
+    if _SOURCE_OVERRIDE and _SOURCE_OVERRIDE[-1][1] is not None:
+        return _SOURCE_OVERRIDE[-1][1]
+    return tuple(_SCOPES)
+
+
 @contextlib.contextmanager
-def source_of(source: str | None):
-    """Attribute every node recorded inside to `source` (backward nodes point at their forward line)."""
-    _SOURCE_OVERRIDE.append(source)
+def source_of(source: str | None, scope: tuple | None = None):
+    """Attribute every node recorded inside to `source` and, if given, `scope` (passes re-recording
+    a node keep its origin; backward nodes point at the line of the forward op they differentiate)."""
+    _SOURCE_OVERRIDE.append((source, scope))
     try:
         yield
     finally:
         _SOURCE_OVERRIDE.pop()
+
+
+@contextlib.contextmanager
+def scope(name: str):
+    """Mark every op recorded inside as part of the region `name` (regions nest). Diagrams group by
+    region, and recompute planning treats `gr.checkpoint` regions and named blocks as units."""
+    _SCOPES.append(str(name))
+    try:
+        yield
+    finally:
+        _SCOPES.pop()
 
 
 @contextlib.contextmanager
@@ -122,7 +141,7 @@ def bind(op: str, *operands, **attrs) -> Any:
         shape, dtype = prim.infer(*ops, **attrs)
     except GradirError as e:
         raise _located(e, op) from None
-    return graph.append(op, ops, attrs, shape, dtype, user_source())
+    return graph.append(op, ops, attrs, shape, dtype, user_source(), current_scope())
 
 
 def _located(e: GradirError, op: str) -> GradirError:
@@ -139,7 +158,7 @@ def constant(x, dtype=None) -> Any:
     graph = current_graph()
     if graph is None:
         return arr
-    return graph.append("const", (), {"value": arr}, arr.shape, arr.dtype, user_source())
+    return graph.append("const", (), {"value": arr}, arr.shape, arr.dtype, user_source(), current_scope())
 
 
 def abstract_dtype(x) -> np.dtype:
@@ -179,7 +198,7 @@ def inline(graph: Graph, args: list, keep_source: bool = True) -> list:
         args = [a if isinstance(a, Value) else constant(a) for a in args]
     env: dict[Value, Any] = dict(zip(graph.inputs, args))
     for n in graph.nodes:
-        with source_of(n.source) if keep_source else contextlib.nullcontext():
+        with source_of(n.source, n.scope) if keep_source else contextlib.nullcontext():
             if n.op == "const":
                 env[n] = constant(n.attrs["value"])
             else:

@@ -57,7 +57,7 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
     cts = [joint.add_input(o.shape, o.dtype, f"ct{k}") for k, o in enumerate(graph.outputs)]
     with building(joint):
         for n in graph.nodes:
-            with source_of(n.source):
+            with source_of(n.source, n.scope):
                 env[n] = constant(n.attrs["value"]) if n.op == "const" else \
                     bind(n.op, *[env[i] for i in n.inputs], **n.attrs)
         contributions: dict[Value, list[Value]] = {}
@@ -68,7 +68,7 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
             if n not in contributions:
                 continue
             prim = get_primitive(n.op)
-            with source_of(n.source):
+            with source_of(n.source, n.scope):
                 g = accumulate(contributions.pop(n))
                 in_cts = prim.vjp(g, env[n], *[env[i] for i in n.inputs], **n.attrs)
             for operand, c in zip(n.inputs, in_cts):
@@ -77,7 +77,7 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
         grads = []
         for i in wrt:
             x = graph.inputs[i]
-            with source_of(x.source):
+            with source_of(x.source, x.scope):
                 grads.append(accumulate(contributions[x]) if x in contributions else zeros(x.shape, x.dtype))
     joint.outputs = [env[o] for o in graph.outputs] + grads
     joint.num_forward_outputs = len(graph.outputs)

@@ -26,10 +26,10 @@ def _rebuild(graph: Graph, rewrite) -> Graph:
             if any(i not in env for i in n.inputs):
                 continue  # dropped by dce
             operands = [env[i] for i in n.inputs]
-            with source_of(n.source):
+            with source_of(n.source, n.scope):
                 new = rewrite(n, operands)
             if new is not DROP:
-                env[n] = new if new is not None else out.append(n.op, operands, n.attrs, n.shape, n.dtype, n.source)
+                env[n] = new if new is not None else out.append(n.op, operands, n.attrs, n.shape, n.dtype, n.source, n.scope)
     out.outputs = [env[o] for o in graph.outputs]
     return out
 
@@ -60,9 +60,10 @@ def cse(graph: Graph) -> Graph:
     seen: dict = {}
 
     def rewrite(n, operands):
-        key = ("const", _const_key(n)) if n.op == "const" else (n.op, tuple(o.uid for o in operands), _attr_key(n.attrs))
+        key = ("const", _const_key(n)) if n.op == "const" else \
+            (n.op, tuple(o.uid for o in operands), _attr_key(n.attrs), n.scope)  # scope: keep recomputation apart
         if key not in seen:
-            seen[key] = current_graph().append(n.op, operands, n.attrs, n.shape, n.dtype, n.source)
+            seen[key] = current_graph().append(n.op, operands, n.attrs, n.shape, n.dtype, n.source, n.scope)
         return seen[key]
     return _rebuild(graph, rewrite)
 

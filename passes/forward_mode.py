@@ -25,7 +25,7 @@ def jvp_graph(graph: Graph) -> Graph:
         tangent[x] = t if dtypes.is_inexact(x.dtype) else None
     with building(out):
         for n in graph.nodes:
-            with source_of(n.source):
+            with source_of(n.source, n.scope):
                 if n.op == "const":
                     env[n], tangent[n] = constant(n.attrs["value"]), None
                     continue
@@ -37,7 +37,7 @@ def jvp_graph(graph: Graph) -> Graph:
                 tangent[n] = prim.jvp(ts, env[n], *operands, **n.attrs) if live else None
         t_outs = []
         for o in graph.outputs:
-            with source_of(o.source):
+            with source_of(o.source, o.scope):
                 t_outs.append(tangent[o] if tangent[o] is not None else zeros(o.shape, o.dtype))
     out.outputs = [env[o] for o in graph.outputs] + t_outs
     return out

@@ -85,15 +85,23 @@ class MemoryPlan(Report):
 
 
 def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str] | None = None,
-                owned_inputs=(), owner: dict[Value, Value] | None = None, layout: bool = True) -> MemoryPlan:
+                owned_inputs=(), owner: dict[Value, Value] | None = None, layout: bool = True,
+                count_outputs: bool = True) -> MemoryPlan:
     """Lifetimes, live bytes per step, peak, a lower bound and an arena layout for running
     `graph`'s nodes in `order` (default: graph order). `owned_inputs` are inputs the program frees
     after their last use (saved activations handed to a backward program). `owner` may pass in
-    passes.aliasing.owners(graph); `layout=False` skips the arena (offsets stay -1)."""
+    passes.aliasing.owners(graph); `layout=False` skips the arena (offsets stay -1);
+    `count_outputs=False` leaves the program's results out, like its inputs (an activation peak)."""
     order = list(graph.nodes) if order is None else list(order)
     step = {n: t for t, n in enumerate(order)}
     owner = storage_owners(graph) if owner is None else owner
     keep = {owner[o] for o in graph.outputs}
+    if not count_outputs:
+        order_set = set(order)
+        owned_inputs = [x for x in owned_inputs if x not in keep]
+        skip = keep & order_set
+    else:
+        skip = set()
     last = len(order) - 1
     owned = set(owned_inputs)
     buffers: dict[Value, Buffer] = {}
@@ -101,7 +109,7 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
         if owner[x] is x and x.ndim:
             buffers[x] = Buffer(x, x.nbytes, 0, 0, phase=(phases[0] if phases else ""))
     for n in order:
-        if n.op != "const" and owner[n] is n and n.ndim:
+        if n.op != "const" and owner[n] is n and n.ndim and n not in skip:
             buffers[n] = Buffer(n, n.nbytes, step[n], step[n], phase=phases[step[n]] if phases else "")
     for n in order:
         for i in n.inputs:

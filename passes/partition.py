@@ -5,7 +5,11 @@ backward: residuals + output cotangents -> gradients
 
 The forward program computes only what the forward outputs need; every other node of the joint
 graph runs in backward. The residuals ("saved tensors") are the forward values the backward
-reads. Values computed from constants alone are recomputed in backward rather than saved.
+reads. Which forward values are saved is a choice: by default every one the backward reads; with
+`saved=` only those (and the primal inputs), and the backward recomputes the others from them.
+Recomputed nodes are placed right before the first backward node that needs them, and carry the
+scope "recompute" (so cleanup never merges them back into the forward's nodes). Values
+computed from constants alone are always recomputed rather than saved.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradir.ir import Graph, Value, topo_values
+
+RECOMPUTE = "recompute"  # scope marking the backward's copies of recomputed forward nodes
 
 
 @dataclass
@@ -22,17 +28,34 @@ class Partition:
     backward: Graph
     residuals: list[Value]  # joint-graph values saved by forward for backward, in forward order
     joint_of: dict[Value, Value]  # forward/backward graph value -> the joint-graph value it copies
+    recomputed: list[Value]  # joint-graph forward values the backward computes again
 
-    def timeline(self, backward_order: list[Value] | None = None) -> tuple[list[Value], list[str]]:
-        """The joint graph's nodes in execution order (forward program, then backward program in
-        `backward_order`, default its graph order), with each step's phase."""
-        fwd = [self.joint_of[n] for n in self.forward.nodes]
-        seen = set(fwd)  # constant-only values the backward recomputes already ran in forward
-        bwd = [self.joint_of[n] for n in (backward_order or self.backward.nodes) if self.joint_of[n] not in seen]
-        return fwd + bwd, ["forward"] * len(fwd) + ["backward"] * len(bwd)
+    def stitch(self, backward_order: list[Value] | None = None) -> tuple[Graph, list[Value], list[str]]:
+        """Forward and backward programs as one graph (the backward reading the forward's values
+        where it received residuals), with its execution order (forward, then backward in
+        `backward_order`) and each step's phase: the timeline memory is planned and measured on.
+        Recomputed values appear twice, as they run twice."""
+        g = Graph(self.joint.name.replace("_joint", "") + "_timeline")
+        env: dict[Value, Value] = {}
+        for x in self.forward.inputs:
+            env[x] = g.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
+        for n in self.forward.nodes:
+            env[n] = g.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
+        k = self.forward.num_forward_outputs
+        for r, x in zip(self.forward.outputs[k:], self.backward.inputs):
+            env[x] = env[r]
+        for x in self.backward.inputs[len(self.residuals):]:
+            env[x] = g.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
+        for n in self.backward.nodes:
+            env[n] = g.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
+        g.outputs = [env[o] for o in self.forward.outputs[:k]] + [env[o] for o in self.backward.outputs]
+        fwd = [env[n] for n in self.forward.nodes]
+        bwd = [env[n] for n in (backward_order or self.backward.nodes)]
+        return g, fwd + bwd, ["forward"] * len(fwd) + ["backward"] * len(bwd)
 
 
-def _const_only(graph: Graph) -> set[Value]:
+def const_only(graph: Graph) -> set[Value]:
+    """Values computed from constants alone."""
     out: set[Value] = set()
     for n in graph.nodes:
         if n.op == "const" or (n.inputs and all(i in out for i in n.inputs)):
@@ -40,26 +63,42 @@ def _const_only(graph: Graph) -> set[Value]:
     return out
 
 
-def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition:
-    k = joint.num_forward_outputs if num_forward_outputs is None else num_forward_outputs
-    n_ct = k
-    primals = joint.inputs[:len(joint.inputs) - n_ct]
-    cts = joint.inputs[len(joint.inputs) - n_ct:]
-    fwd_outs, grads = joint.outputs[:k], joint.outputs[k:]
-    constish = _const_only(joint)
+def forward_values(joint: Graph) -> list[Value]:
+    """The joint graph's forward nodes (what the forward outputs need), in order: the candidates a
+    recompute plan chooses to save or recompute."""
+    k = joint.num_forward_outputs
+    fwd = set(topo_values(joint.outputs[:k]))
+    return [n for n in joint.nodes if n in fwd]
 
+
+def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) -> Partition:
+    """Split `joint`. `saved`: the forward values to keep for backward (default: every one the
+    backward reads); the backward recomputes any other forward value it needs."""
+    k = joint.num_forward_outputs if num_forward_outputs is None else num_forward_outputs
+    primals = joint.inputs[:len(joint.inputs) - k]
+    cts = joint.inputs[len(joint.inputs) - k:]
+    fwd_outs, grads = joint.outputs[:k], joint.outputs[k:]
+    constish = const_only(joint)
     fwd_set = set(topo_values(fwd_outs)) | set(primals)
-    saved = lambda v: v in fwd_set and v not in constish  # noqa: E731 - read from forward, not recomputed
-    # backward = what the gradients need, walking up until a saved forward value is reached
-    needed, stack = set(), [g for g in grads if not saved(g)]
+    chosen = None if saved is None else set(saved)
+
+    def kept(v: Value) -> bool:  # read from the forward program rather than computed in backward
+        if v not in fwd_set or v in constish:
+            return False
+        return chosen is None or v.op == "input" or v in chosen
+
+    # backward = what the gradients need, walking up until a kept forward value is reached
+    needed, stack = set(), [g for g in grads if not kept(g)]
     while stack:
         v = stack.pop()
         if v not in needed:
             needed.add(v)
-            stack.extend(i for i in v.inputs if not saved(i))
+            stack.extend(i for i in v.inputs if not kept(i))
     position = {v: i for i, v in enumerate(joint.all_values())}
-    bwd_order = sorted(needed, key=position.__getitem__)
-    residual_set = {i for n in bwd_order for i in n.inputs if saved(i)} | {g for g in grads if saved(g)}
+    recomputed = {v for v in needed if v in fwd_set}
+    bwd_order = _place_recomputation(sorted(needed - recomputed, key=position.__getitem__), recomputed,
+                                     [g for g in grads if g in recomputed], position)
+    residual_set = {i for n in bwd_order for i in n.inputs if kept(i)} | {g for g in grads if kept(g)}
     residuals = sorted(residual_set, key=position.__getitem__)
 
     forward = Graph(joint.name.replace("_joint", "") + "_forward")
@@ -68,7 +107,7 @@ def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition
         env[x] = forward.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
     for n in joint.nodes:
         if n in fwd_set:
-            env[n] = forward.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source)
+            env[n] = forward.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
     forward.outputs = [env[o] for o in fwd_outs] + [env[r] for r in residuals]
     forward.num_forward_outputs = k
 
@@ -80,9 +119,40 @@ def partition(joint: Graph, num_forward_outputs: int | None = None) -> Partition
     for c in cts:
         benv[c] = backward.add_input(c.shape, c.dtype, c.attrs.get("name"), c.source)
     for n in bwd_order:
-        if n.op == "input":
-            continue
-        benv[n] = backward.append(n.op, [benv[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source)
+        if n.op != "input":
+            scope = n.scope + (RECOMPUTE,) if n in recomputed and n not in constish else n.scope
+            benv[n] = backward.append(n.op, [benv[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, scope)
     backward.outputs = [benv[g] for g in grads]
     joint_of = {v: j for j, v in env.items()} | {v: j for j, v in benv.items()}
-    return Partition(joint, forward, backward, residuals, joint_of)
+    recomputed_nodes = sorted((v for v in recomputed if v not in constish), key=position.__getitem__)
+    return Partition(joint, forward, backward, residuals, joint_of, recomputed_nodes)
+
+
+def _place_recomputation(backward_nodes, recomputed, recomputed_grads, position) -> list[Value]:
+    """Backward nodes in order, each preceded by the recomputed forward values it needs that have
+    not been computed yet (in forward order)."""
+    order, done = [], set()
+
+    def emit_needed(v):
+        stack = [(i, False) for i in reversed(v.inputs) if i in recomputed and i not in done]
+        while stack:
+            u, expanded = stack.pop()
+            if u in done:
+                continue
+            if expanded:
+                done.add(u)
+                order.append(u)
+                continue
+            stack.append((u, True))
+            stack.extend((i, False) for i in sorted(u.inputs, key=position.__getitem__, reverse=True)
+                         if i in recomputed and i not in done)
+
+    for n in backward_nodes:
+        emit_needed(n)
+        order.append(n)
+    for g in recomputed_grads:
+        if g not in done:
+            emit_needed(g)
+            done.add(g)
+            order.append(g)
+    return order
