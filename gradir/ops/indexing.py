@@ -130,39 +130,46 @@ def _expand_ellipsis(index, ndim):
     return out
 
 
-def _basic(x, index):
-    """Ints, slices and None (Ellipsis already expanded): one strided slice, a reshape, and a
-    reversing gather per axis sliced with a negative step."""
+def basic_box(shape, index, op: str):
+    """Ints, slices and None (Ellipsis already expanded) on an array of `shape`: the strided box
+    they select, as (starts, stops, steps) with positive steps, the selection's shape, and the axes
+    of that shape a negative step reverses."""
     starts, stops, steps, out_shape, reverse = [], [], [], [], []
     axis = 0
     for i in index:
         if i is None:
             out_shape.append(1)
             continue
-        n = x.shape[axis]
+        n = shape[axis]
         if isinstance(i, slice):
             a, b, c = i.indices(n)
-            if c < 0:  # reversed: slice the covered range forward, then flip it with a gather
-                r = range(a, b, c)
+            r = range(a, b, c)
+            if c < 0:  # reversed: the covered range forward, flipped afterwards
                 a, b, c = (r[-1], r[0] + 1, -c) if len(r) else (0, 0, 1)
-                reverse.append(len(out_shape))
+                if len(r) > 1:
+                    reverse.append(len(out_shape))
             starts.append(a), stops.append(max(b, a)), steps.append(c)
-            out_shape.append(len(range(a, max(b, a), c)))
+            out_shape.append(len(r))
         else:
             k = int(i)
             if not -n <= k < n:
-                raise ShapeError(f"index {k} is out of bounds for axis {axis} of size {n}", op="getitem",
-                                 source=user_source())
+                raise ShapeError(f"index {k} is out of bounds for axis {axis} of size {n}", op=op, source=user_source())
             k %= n
             starts.append(k), stops.append(k + 1), steps.append(1)
         axis += 1
+    return starts, stops, steps, out_shape, reverse
+
+
+def _basic(x, index):
+    """Ints, slices and None (Ellipsis already expanded): one strided slice, a reshape, and a
+    reversing gather per axis sliced with a negative step."""
+    starts, stops, steps, out_shape, reverse = basic_box(x.shape, index, "getitem")
     y = x
     if (tuple(starts), tuple(stops), tuple(steps)) != ((0,) * x.ndim, tuple(x.shape), (1,) * x.ndim):
         y = bind("slice", x, starts=tuple(starts), stops=tuple(stops), steps=tuple(steps))
     y = reshape(y, out_shape)
     for ax in reverse:
-        if y.shape[ax] > 1:
-            y = take(y, np.arange(y.shape[ax] - 1, -1, -1), axis=ax)
+        y = take(y, np.arange(y.shape[ax] - 1, -1, -1), axis=ax)
     return y
 
 

@@ -32,7 +32,7 @@ from gradir.errors import DTypeError, InPlaceError, ShapeError, TraceError, Unsu
 from gradir.ir import Value
 from gradir.ops.creation import zeros
 from gradir.ops.elementwise import add, divide, multiply, subtract
-from gradir.ops.indexing import _check_bounds, _check_index, _expand_ellipsis, _is_int, _is_int_array, take
+from gradir.ops.indexing import _check_bounds, _check_index, _expand_ellipsis, _is_int, _is_int_array, basic_box, take
 from gradir.ops.lifting import astype, lift, type_str
 from gradir.ops.shapes import broadcast_to, reshape
 from gradir.primitive import Primitive, register
@@ -157,30 +157,8 @@ def _value_for(x, value, shape):
 
 
 def _basic_write(x, index, value):
-    starts, stops, steps, target, flips = [], [], [], [], []
-    axis = 0
-    for i in index:
-        if i is None:
-            target.append(1)
-            continue
-        n = x.shape[axis]
-        if isinstance(i, slice):
-            a, b, c = i.indices(n)
-            r = range(a, b, c)
-            if c < 0:  # write the covered range forward with the value reversed along this axis
-                if len(r) > 1:
-                    flips.append(len(target))
-                a, b, c = (r[-1], r[0] + 1, -c) if len(r) else (0, 0, 1)
-            starts.append(a), stops.append(max(a, b)), steps.append(c)
-            target.append(len(r))
-        else:
-            k = int(i)
-            if not -n <= k < n:
-                raise ShapeError(f"index {k} is out of bounds for axis {axis} of size {n}", op="setitem",
-                                 source=user_source())
-            k %= n
-            starts.append(k), stops.append(k + 1), steps.append(1)
-        axis += 1
+    # a negative step writes the covered range forward, with the value reversed along that axis
+    starts, stops, steps, target, flips = basic_box(x.shape, index, "setitem")
     v = _value_for(x, value, target)
     for ax in flips:
         v = take(v, np.arange(v.shape[ax] - 1, -1, -1), axis=ax)
