@@ -4,7 +4,7 @@
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
-from gradir import checks, dtypes, errors, nn  # noqa: F401 - the gr.checks and gr.nn namespaces
+from gradir import checks, display, dtypes, errors, nn  # noqa: F401 - the gr.checks and gr.nn namespaces
 from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.errors import GradirError
@@ -16,6 +16,8 @@ from gradir.tensor import Tensor, enable_grad, no_grad  # noqa: F401 - the eager
 from gradir.trace import scope
 
 __version__ = "0.1.0"
+
+display.install()  # _repr_svg_/_repr_html_ for notebooks
 
 __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "compile",
            "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "grad", "int32", "int64",

@@ -97,6 +97,17 @@ class GradTrace:
         graph, order, _ = self.partition.stitch(self.schedule.order)
         return measure_memory(graph, flat + cts, order)
 
+    def render(self, path, progress=None):
+        """Write diagrams (forward, backward, joint: .dot, and .svg via the `dot` program), the memory
+        timeline plot and one self-contained HTML report, named after `path` ("out/loss" ->
+        out/loss.html, ...). Returns {what: path} with `.notes` for the user."""
+        from pathlib import Path
+
+        from gradir.viz import write_report
+
+        path = Path(path)
+        return write_report(self, path.parent, path.name, progress=progress)
+
     def with_policy(self, policy: str) -> GradTrace:
         """The same trace scheduled under another policy."""
         return GradTrace(self.graph, self.joint, self.partition, policy, self.wrt, self.plan)

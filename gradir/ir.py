@@ -204,6 +204,7 @@ class Graph:
         self.out_tree = None
         self.captures: dict[Value, Value] = {}
         self.num_forward_outputs: int | None = None
+        self.labels: dict[Value, str] = {}  # names reports use instead of %k (e.g. "forward %3")
 
     def copy_bookkeeping(self, other: Graph) -> Graph:
         """Take `other`'s pytree structure and joint-graph split (for passes that rebuild a graph)."""

@@ -49,6 +49,9 @@ class Partition:
         for n in self.backward.nodes:
             env[n] = g.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
         g.outputs = [env[o] for o in self.forward.outputs[:k]] + [env[o] for o in self.backward.outputs]
+        for part, program in (("forward", self.forward), ("backward", self.backward)):  # name steps as the IR the user reads
+            for n in program.nodes:
+                g.labels[env[n]] = f"{part} %{program.number(n)}"
         fwd = [env[n] for n in self.forward.nodes]
         bwd = [env[n] for n in (backward_order or self.backward.nodes)]
         return g, fwd + bwd, ["forward"] * len(fwd) + ["backward"] * len(bwd)

@@ -29,6 +29,8 @@ def value_name(v, graph=None) -> str:
     if v.op == "input":
         return str(v.attrs.get("name"))
     g = graph or v.graph
+    if g is not None and v in g.labels:
+        return g.labels[v]
     try:
         return f"%{g.number(v)}"
     except (AttributeError, KeyError):

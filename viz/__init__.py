@@ -1,1 +1,29 @@
-"""Diagrams, plots and HTML reports of graphs and plans (reads graphs and reports only)."""
+"""Diagrams, plots and HTML reports of graphs and plans (reads graphs and reports only).
+
+    from gradir import viz
+    viz.graph_diagram(graph)                  # graphviz.Digraph: .source is the dot text
+    viz.joint_diagram(gr.trace_grad(f, x))    # saved tensors as the edges from forward to backward
+    viz.value_diagram(f, 1.5, -2.0)           # micrograd-style: data and grad of every value
+    viz.memory_timeline({"engine": j.memory}, "mem.svg")
+    viz.write_report(j, "out", "loss")        # .dot/.svg diagrams, memory plot, one HTML file
+"""
+
+from gradir.viz.graphs import (
+    LARGE_GRAPH,
+    dot_available,
+    graph_diagram,
+    is_large,
+    joint_diagram,
+    overview_diagram,
+    render_svg,
+    scope_diagrams,
+    value_diagram,
+    values_and_grads,
+)
+from gradir.viz.notebook import diagram_of, html_of, svg_of
+from gradir.viz.plots import memory_timeline, memory_timeline_bytes
+from gradir.viz.report import Written, memory_plans, write_report
+
+__all__ = ["LARGE_GRAPH", "Written", "diagram_of", "dot_available", "graph_diagram", "html_of", "is_large",
+           "joint_diagram", "memory_plans", "memory_timeline", "memory_timeline_bytes", "overview_diagram",
+           "render_svg", "scope_diagrams", "svg_of", "value_diagram", "values_and_grads", "write_report"]

@@ -1,0 +1,527 @@
+"""Graphviz diagrams of graphs: one box per value, one edge per operand use.
+
+- `graph_diagram(graph)`: any Graph. Inputs, constants, outputs and recomputed nodes are drawn
+  distinctly (a legend says how); `gr.scope` regions become clusters; tooltips hold the node's IR
+  line and source line. With a `schedule`, each node shows its step and initial dependency count.
+- `joint_diagram(grad_trace)`: forward and backward programs side by side; each saved tensor is one
+  highlighted edge from the forward value to the backward input that receives it.
+- `overview_diagram(graph)` / `scope_diagrams(graph)`: for large graphs, one node per top-level
+  scope (or per source line outside scopes) with edges between them, and one detailed diagram each.
+- `value_diagram(fn, *args)`: micrograd's draw_dot for scalar programs: every value with its data
+  and its gradient (the cotangent of the output with respect to it).
+
+Diagrams are `graphviz.Digraph` objects (their `.source` is the dot text); `render_svg` runs the
+`dot` program on one, and says why when it cannot.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import graphviz
+import numpy as np
+
+from gradir import dtypes
+from gradir.ir import Graph, Value
+from gradir.passes.partition import RECOMPUTE
+from gradir.passes.report import human_bytes, value_name
+
+LARGE_GRAPH = 150  # values above which a diagram collapses to an overview plus per-scope diagrams
+DOT_TIMEOUT_S = 60
+INSTALL_HINT = ("install Graphviz to draw diagrams: `apt-get install graphviz` "
+                "(or `brew install graphviz`, `conda install graphviz`)")
+
+FONT = "Helvetica"
+STYLES: dict[str, dict[str, str]] = {  # node attributes per kind of value
+    "input": {"shape": "Mrecord", "style": "filled", "fillcolor": "#dbeafe", "color": "#1d4ed8"},
+    "const": {"shape": "Mrecord", "style": "filled", "fillcolor": "#f3f4f6", "color": "#9ca3af", "fontcolor": "#4b5563"},
+    "op": {"shape": "Mrecord", "style": "filled", "fillcolor": "#ffffff", "color": "#374151"},
+    "output": {"shape": "Mrecord", "style": "filled,bold", "fillcolor": "#dcfce7", "color": "#15803d", "penwidth": "2"},
+    "saved": {"shape": "Mrecord", "style": "filled,bold", "fillcolor": "#fef3c7", "color": "#b45309", "penwidth": "2"},
+    "recompute": {"shape": "Mrecord", "style": "filled,dashed", "fillcolor": "#ffedd5", "color": "#ea580c",
+                  "penwidth": "2"},
+}
+LEGEND_TEXT = {
+    "input": "input (argument, parameter, cotangent)",
+    "const": "constant",
+    "op": "operation",
+    "output": "output",
+    "saved": "saved for backward",
+    "recompute": "recomputed in backward",
+}
+LEGEND_PREFIX = "legend_"
+SAVED_EDGE = {"color": "#d97706", "penwidth": "3", "fontcolor": "#b45309", "style": "bold"}
+SAVED_INPUT_EDGE = {"color": "#f59e0b", "penwidth": "1.5", "fontcolor": "#b45309", "style": "dashed"}  # no new memory
+SAVED_EDGE_ID = "saved"  # SVG id prefix of the saved-tensor edges: saved0, saved1, ...
+SAVED_BUNDLE_ID = "savedgroup"  # collapsed joint diagrams: one edge per pair of groups, labelled "k saved · bytes"
+
+
+# -- the dot program ---------------------------------------------------------------------------------
+
+
+def dot_available() -> bool:
+    """Whether the `dot` program can be run (GRADIR_NO_DOT=1 pretends it cannot, for tests)."""
+    return os.environ.get("GRADIR_NO_DOT", "") in ("", "0") and shutil.which("dot") is not None
+
+
+@dataclass
+class Rendered:
+    """The outcome of running `dot`: the SVG text, or None and the reason."""
+
+    svg: str | None
+    error: str = ""
+
+
+def render_svg(diagram: graphviz.Digraph, timeout: float = DOT_TIMEOUT_S) -> Rendered:
+    """Run `dot -Tsvg` on the diagram's source. Never raises: a missing program, a timeout or a dot
+    error come back as `Rendered(None, reason)`."""
+    if not dot_available():
+        return Rendered(None, f"the `dot` program was not found; {INSTALL_HINT}")
+    try:
+        done = subprocess.run([shutil.which("dot") or "dot", "-Tsvg"], input=diagram.source.encode(),
+                              capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return Rendered(None, f"`dot` took longer than {timeout:.0f} s on this diagram")
+    except OSError as e:
+        return Rendered(None, f"`dot` could not run: {e}")
+    if done.returncode != 0:
+        return Rendered(None, f"`dot` failed: {done.stderr.decode(errors='replace').strip()[:500]}")
+    return Rendered(done.stdout.decode())
+
+
+# -- labels and kinds --------------------------------------------------------------------------------
+
+
+def _esc(text: str) -> str:
+    """Escape text for a record label (braces, bars and angle brackets are its syntax)."""
+    out = str(text).replace("\\", "\\\\")
+    for ch in '{}|<>"':
+        out = out.replace(ch, "\\" + ch)
+    return out.replace("\n", "\\n")
+
+
+def ir_lines(graph: Graph) -> dict[Value, str]:
+    """Each value's line of the graph's text form (`%2 = tanh %1 : f64[]  # model.py:4`)."""
+    lines = graph.to_text().splitlines()[1:-2]  # drop `graph NAME {`, `return ...`, `}`
+    return {v: line.strip() for v, line in zip(graph.all_values(), lines)}
+
+
+def is_recomputed(v: Value) -> bool:
+    return RECOMPUTE in v.scope
+
+
+def kind_of(v: Value, outputs: set[Value], saved: set[Value] = frozenset()) -> str:
+    """The legend kind a value is drawn as."""
+    if v in saved:
+        return "saved"
+    if v in outputs:
+        return "output"
+    if v.op == "input":
+        return "input"
+    if v.op == "const":
+        return "const"
+    return "recompute" if is_recomputed(v) else "op"
+
+
+def _short(x: np.ndarray) -> str:
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return f"{x.item():.4g}" if np.issubdtype(x.dtype, np.number) and not np.iscomplexobj(x) else str(x.item())
+    return np.array2string(x, precision=3, threshold=6, edgeitems=2, max_line_width=60).replace("\n", " ")
+
+
+def node_label(v: Value, graph: Graph, extra: list[str] = ()) -> str:
+    """A record label: `%k op` (or the input's name), the type, then `extra` rows."""
+    head = value_name(v, graph)
+    if v.op == "input":
+        head = f"%{graph.number(v)} {head}"
+    elif v.op == "const":
+        head += " const " + (_short(v.attrs["value"]) if v.size <= 4 else f"({v.size} values)")
+    else:
+        head += f" {v.op}"
+    rows = [head, v.type_str, *extra]
+    return "{" + "|".join(_esc(r) for r in rows) + "}"
+
+
+def tooltip(v: Value, line: str) -> str:
+    where = v.source or "(no source line)"
+    scope = f"\nscope: {'/'.join(v.scope)}" if v.scope else ""
+    return f"{line}\nsource: {where}{scope}"
+
+
+# -- one graph ---------------------------------------------------------------------------------------
+
+
+def _scope_path(v: Value) -> tuple[str, ...]:
+    return tuple(s for s in v.scope if s != RECOMPUTE)
+
+
+def _new_digraph(name: str, title: str | None, rankdir: str = "TB") -> graphviz.Digraph:
+    dg = graphviz.Digraph(name=name)
+    dg.attr(rankdir=rankdir, fontname=FONT, labelloc="t", fontsize="16", newrank="true")
+    if title:
+        dg.attr(label=title)
+    dg.attr("node", fontname=FONT, fontsize="11")
+    dg.attr("edge", fontname=FONT, fontsize="9", color="#6b7280", arrowsize="0.7")
+    return dg
+
+
+def _emit_clustered(dg: graphviz.Digraph, items: list[tuple[tuple[str, ...], Callable]], prefix: str):
+    """Call each item's `draw(subgraph)` inside nested clusters following its scope path."""
+    top = [draw for path, draw in items if not path]
+    for draw in top:
+        draw(dg)
+    groups: dict[str, list] = {}
+    for path, draw in items:
+        if path:
+            groups.setdefault(path[0], []).append((path[1:], draw))
+    for name, sub in groups.items():
+        cluster = f"cluster_{prefix}{name}"
+        with dg.subgraph(name=cluster) as c:
+            c.attr(label=name, style="rounded,filled", fillcolor="#f8fafc", color="#94a3b8", fontname=FONT,
+                   fontsize="12", tooltip=f"scope {name}")
+            _emit_clustered(c, sub, f"{prefix}{name}/")
+
+
+def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, saved: set[Value] = frozenset(),
+               output_role: Callable[[int], str] | None = None) -> tuple[dict[Value, str], set[str]]:
+    """Draw `graph`'s values (clustered by scope) and operand edges into `dg`. Returns each value's
+    node id and the legend kinds used."""
+    ids = {v: f"{prefix}{graph.number(v)}" for v in graph.all_values()}
+    lines = ir_lines(graph)
+    outputs = set(graph.outputs)
+    out_roles: dict[Value, list[str]] = {}
+    for k, o in enumerate(graph.outputs):
+        out_roles.setdefault(o, []).append(output_role(k) if output_role else f"output {k}")
+    step, deps = {}, {}
+    if schedule is not None:
+        step = {s.node: s.index for s in schedule.steps}
+        deps = dict(schedule.initial_counts)
+    kinds: set[str] = set()
+    items = []
+    for v in graph.all_values():
+        kind = kind_of(v, outputs, saved)
+        kinds.add(kind)
+        extra = []
+        if v in step:
+            extra.append(f"step {step[v]} · deps {deps.get(v, 0)}")
+        if v in out_roles:
+            extra.append(", ".join(out_roles[v]))
+        attrs = dict(STYLES[kind], label=node_label(v, graph, extra), tooltip=tooltip(v, lines[v]))
+        if kind in ("output", "saved") and is_recomputed(v):
+            attrs["style"] += ",dashed"
+        items.append((_scope_path(v), lambda g, v=v, attrs=attrs: g.node(ids[v], **attrs)))
+    _emit_clustered(dg, items, prefix)
+    for n in graph.nodes:
+        for pos, i in enumerate(n.inputs):
+            dg.edge(ids[i], ids[n], tooltip=f"{value_name(i, graph)} -> {value_name(n, graph)} (operand {pos})")
+    return ids, kinds
+
+
+def _legend(dg: graphviz.Digraph, kinds: set[str], schedule: bool = False):
+    """A cluster with one sample node per kind drawn (node ids start with LEGEND_PREFIX)."""
+    with dg.subgraph(name="cluster_legend") as c:
+        c.attr(label="legend", style="rounded", color="#cbd5e1", fontname=FONT, fontsize="11")
+        for kind in STYLES:
+            if kind in kinds:
+                text = LEGEND_TEXT[kind] + ("\\nstep · deps: schedule step, initial dependency count"
+                                            if schedule and kind == "op" else "")
+                c.node(LEGEND_PREFIX + kind, **dict(STYLES[kind], shape="box", label=text,
+                                                      style=STYLES[kind]["style"] + ",rounded"))
+
+
+def graph_diagram(graph: Graph, *, schedule=None, title: str | None = None, legend: bool = True,
+                  saved_from: int | None = None) -> graphviz.Digraph:
+    """A diagram of `graph`: one node per value (op, shape, dtype; the IR and source line as tooltip),
+    one edge per operand use, scopes as clusters. With a `schedule` (passes.schedule.Schedule of
+    this graph), each scheduled node shows its step and initial dependency count. `saved_from`:
+    outputs from this position on are residuals (a partitioned forward program's saved values)."""
+    dg = _new_digraph(graph.name, title or f"graph {graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes")
+    saved, role = set(), None
+    if saved_from is not None:
+        saved = set(graph.outputs[saved_from:]) - set(graph.outputs[:saved_from])
+        role = lambda i: f"output {i}" if i < saved_from else f"saved #{i - saved_from}"
+    _, kinds = _add_graph(dg, graph, "v", schedule, saved=saved, output_role=role)
+    if legend:
+        _legend(dg, kinds, schedule is not None)
+    return dg
+
+
+# -- forward and backward together -------------------------------------------------------------------
+
+
+def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, schedule: bool = True,
+                  collapse: bool | None = None) -> graphviz.Digraph:
+    """Forward and backward programs as two clusters; each saved tensor (a partition residual) is a
+    highlighted edge (SVG id `saved<i>`, labelled with its size) from the forward value that is kept
+    to the backward input receiving it. Backward nodes show their schedule step and dependency count.
+    `collapse` (default: when the two programs hold more than LARGE_GRAPH values) draws each side
+    as its overview (groups); the saved tensors going from one forward group to the backward group
+    that first reads them are then one edge (SVG id `savedgroup<j>`, labelled "k saved · bytes")."""
+    part = grad_trace.partition
+    fwd, bwd = part.forward, part.backward
+    k = fwd.num_forward_outputs or 0
+    nres = len(part.residuals)
+    kept = fwd.outputs[k:k + nres]
+    entries = list(grad_trace.saved.entries)
+    dg = _new_digraph(f"{grad_trace.graph.name}_joint", title or (
+        f"{grad_trace.graph.name}: forward and backward, {len(entries)} saved tensors "
+        f"({human_bytes(grad_trace.saved.bytes)} new memory)"), rankdir="TB")
+    if collapse is None:
+        collapse = is_large(fwd) or is_large(bwd) or len(fwd.all_values()) + len(bwd.all_values()) > LARGE_GRAPH
+    kinds: set[str] = set()
+    with dg.subgraph(name="cluster_forward") as c:
+        c.attr(label=f"forward ({len(fwd.nodes)} nodes)", style="rounded", color="#1d4ed8", fontname=FONT,
+               fontsize="14")
+        if collapse:
+            fids = _add_overview(c, fwd, "fg", edge_labels=False)
+        else:
+            fids, kf = _add_graph(c, fwd, "f", saved=set(kept) - set(fwd.outputs[:k]),
+                                  output_role=lambda i: f"output {i}" if i < k else f"saved #{i - k}")
+            kinds |= kf
+    with dg.subgraph(name="cluster_backward") as c:
+        c.attr(label=f"backward ({len(bwd.nodes)} nodes, {grad_trace.schedule.policy} schedule)", style="rounded",
+               color="#b91c1c", fontname=FONT, fontsize="14")
+        if collapse:
+            bids = _add_overview(c, bwd, "bg", _reader_group(bwd, nres), upward=True, edge_labels=False)
+        else:
+            bids, kb = _add_graph(c, bwd, "b", grad_trace.schedule if schedule else None,
+                                  output_role=lambda i: f"gradient {i}")
+            kinds |= kb
+    pairs = list(zip(kept, bwd.inputs[:nres]))
+    nbytes = [e.bytes for e in entries] if len(entries) == len(pairs) else [fv.nbytes for fv, _ in pairs]
+    kinds_of = [e.kind for e in entries] if len(entries) == len(pairs) else [""] * len(pairs)
+    if not collapse:
+        for i, (fv, bv) in enumerate(pairs):
+            size, kind = human_bytes(nbytes[i]), kinds_of[i]
+            dg.edge(fids[fv], bids[bv], id=f"{SAVED_EDGE_ID}{i}", label=size + (f" ({kind})" if kind else ""),
+                    tooltip=f"saved {value_name(fv, fwd)} -> backward {value_name(bv, bwd)}: {size} {kind}",
+                    **(SAVED_INPUT_EDGE if kind == "input" else SAVED_EDGE))
+    else:  # one edge per pair of groups, labelled with how many saved tensors it stands for
+        bundles: dict[tuple[str, str], list[int]] = {}
+        for i, (fv, bv) in enumerate(pairs):
+            bundles.setdefault((fids[fv], bids[bv]), []).append(i)
+        for j, ((a, b), members) in enumerate(bundles.items()):
+            names = ", ".join(value_name(pairs[i][0], fwd) for i in members)
+            inputs_only = all(kinds_of[i] == "input" for i in members)
+            dg.edge(a, b, id=f"{SAVED_BUNDLE_ID}{j}", tooltip=f"saved: {names}",
+                    label=f"{len(members)} saved · {human_bytes(sum(nbytes[i] for i in members))}",
+                    **(SAVED_INPUT_EDGE if inputs_only else SAVED_EDGE))
+    if legend and not collapse:
+        _legend(dg, kinds, schedule)
+    return dg
+
+
+def _reader_group(bwd: Graph, nres: int) -> Callable[[Value], str]:
+    """Overview groups of a backward program in which each saved input joins its first reader's group."""
+    users = bwd.users()
+    saved = set(bwd.inputs[:nres])
+
+    def group(v: Value) -> str:
+        if v in saved and users[v]:
+            return group_of(users[v][0])
+        return group_of(v)
+    return group
+
+
+# -- large graphs: overview and per-scope diagrams ---------------------------------------------------
+
+INPUTS_GROUP = "inputs"
+
+
+def group_of(v: Value) -> str:
+    """The overview group of a value: its top-level scope, else its source line; inputs together."""
+    if v.op == "input":
+        return INPUTS_GROUP
+    path = _scope_path(v)
+    if path:
+        return path[0]
+    return f"line {v.source}" if v.source else "(no source line)"
+
+
+def group_map(graph: Graph, key: Callable[[Value], str] = group_of) -> dict[Value, str]:
+    """Each value's overview group (by `key`); a group above LARGE_GRAPH values (one long source
+    line, say) is cut into consecutive parts named "<group> (i/n)". The inputs stay one group."""
+    by: dict[str, list[Value]] = {}
+    for v in graph.all_values():
+        by.setdefault(key(v), []).append(v)
+    out: dict[Value, str] = {}
+    for g, vs in by.items():
+        parts = 1 if g == INPUTS_GROUP else math.ceil(len(vs) / LARGE_GRAPH)
+        size = math.ceil(len(vs) / parts)
+        for j, v in enumerate(vs):
+            out[v] = g if parts == 1 else f"{g} ({j // size + 1}/{parts})"
+    return out
+
+
+def groups(graph: Graph, key: Callable[[Value], str] = group_of) -> dict[str, list[Value]]:
+    """Values by overview group (see `group_map`), groups in order of first appearance."""
+    out: dict[str, list[Value]] = {}
+    for v, g in group_map(graph, key).items():
+        out.setdefault(g, []).append(v)
+    return out
+
+
+def is_large(graph: Graph) -> bool:
+    return len(graph.inputs) + len(graph.nodes) > LARGE_GRAPH
+
+
+def _histogram(values: list[Value], top: int = 4) -> str:
+    counts = Counter(v.op for v in values).most_common()
+    text = ", ".join(f"{op}×{c}" for op, c in counts[:top])
+    return text + (f", +{len(counts) - top} ops" if len(counts) > top else "")
+
+
+def _add_overview(dg: graphviz.Digraph, graph: Graph, prefix: str, group_fn: Callable[[Value], str] = group_of,
+                  upward: bool = False, edge_labels: bool = True) -> dict[Value, str]:
+    """Draw one node per group of `graph` and one edge per pair of groups values flow between
+    (`upward`: ranked bottom to top, as a backward program beside its forward one). Returns each
+    value's group node id."""
+    grp = groups(graph, group_fn)
+    ids = {g: f"{prefix}{i}" for i, g in enumerate(grp)}
+    of = {v: g for g, vs in grp.items() for v in vs}
+    outputs = set(graph.outputs)
+    for g, vs in grp.items():
+        recomputed = sum(1 for v in vs if is_recomputed(v))
+        has_out = any(v in outputs for v in vs)
+        kind = "input" if g == INPUTS_GROUP else "output" if has_out else "recompute" if recomputed else "op"
+        rows = [g, f"{len(vs)} {'inputs' if g == INPUTS_GROUP else 'values'}", _histogram(vs)]
+        if recomputed:
+            rows.append(f"{recomputed} recomputed")
+        full = ", ".join(f"{op}×{c}" for op, c in Counter(v.op for v in vs).most_common())
+        sources = ", ".join(dict.fromkeys(v.source for v in vs if v.source))
+        dg.node(ids[g], **dict(STYLES[kind], label="{" + "|".join(_esc(r) for r in rows) + "}",
+                               tooltip=f"{g}: {full}\nsource: {sources or '-'}"))
+    flows: dict[tuple[str, str], set[Value]] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            if of[i] != of[n] and i.op != "const":  # a constant shared by every group would tie them all
+                flows.setdefault((of[i], of[n]), set()).add(i)
+    for (a, b), vals in flows.items():
+        text = f"{len(vals)} · {human_bytes(sum(v.nbytes for v in vals))}"
+        attrs = dict(tooltip=f"{a} -> {b}: {text}: " + ", ".join(value_name(v, graph) for v in vals))
+        if edge_labels:
+            attrs["label"] = text
+        if upward:  # drawn b <- a, so that b ranks above a
+            dg.edge(ids[b], ids[a], dir="back", **attrs)
+        else:
+            dg.edge(ids[a], ids[b], **attrs)
+    return {v: ids[g] for v, g in of.items()}
+
+
+def overview_diagram(graph: Graph, *, title: str | None = None) -> graphviz.Digraph:
+    """One node per group (top-level scope, source line outside scopes, or the graph inputs) with
+    its value count and op histogram; one edge per pair of groups values flow between, labelled
+    with how many values cross and their bytes (constants are counted in their group but draw no
+    edges: CSE shares one constant among many groups)."""
+    dg = _new_digraph(f"{graph.name}_overview", title or f"graph {graph.name} (overview): {len(graph.nodes)} nodes in "
+                                                         f"{len(groups(graph))} groups")
+    _add_overview(dg, graph, "g")
+    return dg
+
+
+def scope_diagrams(graph: Graph, *, schedule=None) -> dict[str, graphviz.Digraph]:
+    """One detailed diagram per overview group: its values, plus the values it reads from other
+    groups drawn as small grey ellipses (node ids `ext<k>`)."""
+    out = {}
+    lines = ir_lines(graph)
+    where = group_map(graph)
+    for g, vs in groups(graph).items():
+        if g == INPUTS_GROUP:
+            continue
+        members = set(vs)
+        dg = _new_digraph(f"{graph.name}_{g}", f"{graph.name}: {g} ({len(vs)} nodes)")
+        ext = {i: None for v in vs for i in v.inputs if i not in members}
+        for e in ext:
+            dg.node(f"ext{graph.number(e)}", label=f"{value_name(e, graph)} ({where[e]})\n{e.type_str}",
+                    shape="ellipse", style="dashed", color="#9ca3af", fontcolor="#4b5563",
+                    tooltip=tooltip(e, lines[e]))
+        step = {s.node: s.index for s in schedule.steps} if schedule is not None else {}
+        outputs = set(graph.outputs)
+        kinds: set[str] = set()
+        items = []
+        for v in vs:
+            kind = kind_of(v, outputs)
+            kinds.add(kind)
+            extra = [f"step {step[v]} · deps {schedule.initial_counts.get(v, 0)}"] if v in step else []
+            attrs = dict(STYLES[kind], label=node_label(v, graph, extra), tooltip=tooltip(v, lines[v]))
+            items.append((_scope_path(v)[1:], lambda c, v=v, attrs=attrs: c.node(f"v{graph.number(v)}", **attrs)))
+        _emit_clustered(dg, items, "s")
+        for v in vs:
+            for i in v.inputs:
+                src = f"v{graph.number(i)}" if i in members else f"ext{graph.number(i)}"
+                dg.edge(src, f"v{graph.number(v)}")
+        _legend(dg, kinds, schedule is not None)
+        out[g] = dg
+    return out
+
+
+# -- scalar programs: data and grad per value (micrograd's draw_dot) ----------------------------------
+
+
+def values_and_grads(graph: Graph, args: list) -> tuple[dict[Value, np.ndarray], dict[Value, np.ndarray]]:
+    """Every value of `graph` (a scalar-valued program) at `args`, and the output's gradient with
+    respect to each real floating value. The gradient of an intermediate n is found by adding a
+    zero input to n (n + e) and differentiating with respect to e, through passes.joint_graph."""
+    from gradir.backends import run
+    from gradir.passes import joint_graph
+
+    if len(graph.outputs) != 1 or graph.outputs[0].shape != ():
+        from gradir.errors import ShapeError
+
+        raise ShapeError(f"a value diagram needs one scalar output; {graph.name} returns ("
+                         + ", ".join(o.type_str for o in graph.outputs) + ")", op="value_diagram",
+                         source=graph.outputs[0].source if graph.outputs else None)
+    everything = Graph(graph.name)
+    everything.inputs, everything.nodes, everything.outputs = graph.inputs, graph.nodes, graph.all_values()
+    data = dict(zip(graph.all_values(), run(everything, list(args))))
+
+    probe = Graph(f"{graph.name}_probe")
+    env: dict[Value, Value] = {x: probe.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in graph.inputs}
+    probed: list[Value] = []
+    for n in graph.nodes:
+        v = probe.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
+        if n.op != "const" and dtypes.is_float(n.dtype):
+            e = probe.add_input(n.shape, n.dtype, f"probe{len(probed)}")
+            v = probe.append("add", [v, e], {}, n.shape, n.dtype, n.source, n.scope)
+            probed.append(n)
+        env[n] = v
+    probe.outputs = [env[graph.outputs[0]]]
+    wrt_inputs = [x for x in graph.inputs if dtypes.is_float(x.dtype)]
+    wrt = [i for i, x in enumerate(graph.inputs) if dtypes.is_float(x.dtype)]
+    wrt += list(range(len(graph.inputs), len(probe.inputs)))
+    joint = joint_graph(probe, wrt)
+    zeros = [np.zeros(n.shape, n.dtype) for n in probed]
+    out = run(joint, list(args) + zeros + [np.ones((), graph.outputs[0].dtype)])
+    grads = dict(zip(wrt_inputs + probed, out[1:]))
+    return data, grads
+
+
+def value_diagram(fn, *args, title: str | None = None) -> graphviz.Digraph:
+    """micrograd's draw_dot for a scalar-valued function: one node per value showing its op, its
+    data and its grad (d output / d value), left to right."""
+    import gradir as gr
+    from gradir.pytree import tree_flatten
+
+    graph = gr.trace(fn, *args)
+    flat, _ = tree_flatten(tuple(args))
+    data, grads = values_and_grads(graph, [np.asarray(a) for a in flat])
+    dg = _new_digraph(f"{graph.name}_values", title or f"{graph.name}: data and grad of every value", rankdir="LR")
+    lines = ir_lines(graph)
+    outputs = set(graph.outputs)
+    for v in graph.all_values():
+        kind = kind_of(v, outputs)
+        grad = f"grad {_short(grads[v])}" if v in grads else "grad -"
+        label = "{" + "|".join(_esc(r) for r in (
+            value_name(v, graph) + ("" if v.op == "input" else f" {v.op}"), f"data {_short(data[v])}", grad)) + "}"
+        dg.node(f"v{graph.number(v)}", **dict(STYLES[kind], label=label, tooltip=tooltip(v, lines[v])))
+    for n in graph.nodes:
+        for i in n.inputs:
+            dg.edge(f"v{graph.number(i)}", f"v{graph.number(n)}")
+    return dg

@@ -1,0 +1,132 @@
+"""Memory timelines (matplotlib, no display needed): live bytes per step over forward and backward.
+
+`memory_timeline({"engine": plan_a, "memory": plan_b}, "out/mem.svg")` draws one column per plan:
+on top the live bytes at each step of the plan's timeline (the backward phase shaded, its start
+marked, the peak marked and labelled); below, the saved tensors as spans, i.e. the buffers the
+forward phase allocates that stay alive into the backward phase, from the step that makes each
+one to the last step that reads it. The columns share their y axis so plans compare at a glance.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MultipleLocator
+
+from gradir.errors import GradirError
+from gradir.fileio import write_atomic
+from gradir.passes.report import human_bytes
+
+FORMATS = ("svg", "png", "pdf")
+MAX_SPANS = 40  # saved-tensor rows drawn per plan; the rest are summarised in the panel title
+FORWARD, BACKWARD = "forward", "backward"
+
+
+def backward_start(plan) -> int | None:
+    """The first step of the backward phase of a stitched timeline (None: no phases recorded)."""
+    return next((t for t, p in enumerate(plan.phases) if p == BACKWARD), None)
+
+
+def saved_spans(plan) -> list:
+    """Buffers allocated in the forward phase and alive into the backward one (what backward keeps)."""
+    start = backward_start(plan)
+    if start is None:
+        return []
+    return [b for b in plan.buffers if b.phase == FORWARD and b.end >= start]
+
+
+def _bytes_axis(ax, top: int):
+    """Ticks at round binary sizes (256 B, 1 KiB, 1.5 MiB...), at most about six of them."""
+    unit = 1
+    while top >= 1024 * unit and unit < 1024 ** 3:
+        unit *= 1024
+    step = next((s for s in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if top / (unit * s) <= 6), 1024)
+    ax.yaxis.set_major_locator(MultipleLocator(max(1.0, unit * step)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: human_bytes(int(y)) if y >= 0 else ""))
+
+
+def _span_label(b) -> str:
+    # the timeline graph numbers values differently from the forward graph: name by op and place
+    v = b.value
+    where = "/".join(v.scope) if v.scope else (v.source or "")
+    return f"{v.op} {where} {human_bytes(b.nbytes)}".replace("  ", " ")
+
+
+def _draw(ax_live, ax_spans, name: str, plan):
+    steps = list(range(len(plan.live_bytes)))
+    start = backward_start(plan)
+    if start is not None:
+        for ax in (ax_live, ax_spans):
+            ax.axvspan(start - 0.5, len(steps) - 0.5, color="#fee2e2", alpha=0.6, lw=0)
+            ax.axvline(start - 0.5, color="#b91c1c", lw=1, ls="--")
+        ax_live.text(start - 0.5, 1.0, " backward", transform=ax_live.get_xaxis_transform(), color="#b91c1c",
+                     va="top", ha="left", fontsize=8)
+        ax_live.text(start - 0.5, 1.0, "forward ", transform=ax_live.get_xaxis_transform(), color="#1d4ed8",
+                     va="top", ha="right", fontsize=8)
+    ax_live.step(steps, plan.live_bytes, where="mid", color="#1f2937", lw=1.5)
+    ax_live.fill_between(steps, plan.live_bytes, step="mid", color="#93c5fd", alpha=0.5)
+    if steps:
+        ax_live.plot([plan.peak_step], [plan.peak_bytes], "v", color="#dc2626", ms=8, zorder=5)
+        ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} (step {plan.peak_step})", (plan.peak_step, plan.peak_bytes),
+                         xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8, color="#dc2626")
+    ax_live.set_title(f"{name}: peak {human_bytes(plan.peak_bytes)}, lower bound {human_bytes(plan.lower_bound_bytes)}",
+                      fontsize=9)
+    ax_live.set_ylabel("live bytes")
+    if not plan.buffers:
+        ax_live.text(0.5, 0.5, "no buffers counted\n(0-d values, inputs and constants are not)", ha="center",
+                     va="center", transform=ax_live.transAxes, fontsize=8, color="#6b7280")
+
+    spans = saved_spans(plan)
+    shown = sorted(spans, key=lambda b: (b.start, b.end))[:MAX_SPANS]
+    for row, b in enumerate(shown):
+        ax_spans.broken_barh([(b.start - 0.4, b.end - b.start + 0.8)], (row - 0.4, 0.8), color="#f59e0b", alpha=0.85)
+    ax_spans.set_yticks(range(len(shown)))
+    ax_spans.set_yticklabels([_span_label(b) for b in shown], fontsize=6)
+    ax_spans.set_ylim(len(shown) - 0.5 if shown else 0.5, -0.5)
+    more = f", {len(spans) - len(shown)} more not drawn" if len(spans) > len(shown) else ""
+    ax_spans.set_title(f"saved for backward: {len(spans)} buffers, {human_bytes(sum(b.nbytes for b in spans))}{more}",
+                       fontsize=8)
+    ax_spans.set_xlabel("step (forward, then backward)")
+    ax_spans.set_xlim(-0.5, max(len(steps), 1) - 0.5)
+
+
+def memory_timeline_bytes(plans: dict, fmt: str = "svg", title: str | None = None) -> bytes:
+    """The plot of `memory_timeline`, as bytes in format `fmt` (svg, png or pdf)."""
+    if fmt not in FORMATS:
+        raise GradirError(f"unknown plot format {fmt!r} (have: {', '.join(FORMATS)})", op="memory_timeline")
+    if not plans:
+        raise GradirError("memory_timeline needs at least one memory plan", op="memory_timeline")
+    n = len(plans)
+    rows = max(max(len(saved_spans(p)) for p in plans.values()), 1)
+    span_height = 0.6 + 0.13 * min(rows, MAX_SPANS)
+    with rc_context({"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}):
+        fig = Figure(figsize=(max(5.0, 4.6 * n), 3.0 + span_height), layout="constrained")
+        grid = fig.add_gridspec(2, n, height_ratios=[3.0, span_height])
+        first = None
+        for k, (name, plan) in enumerate(plans.items()):
+            ax_live = fig.add_subplot(grid[0, k], sharey=first)
+            ax_spans = fig.add_subplot(grid[1, k], sharex=ax_live)
+            first = first or ax_live
+            _draw(ax_live, ax_spans, name, plan)
+        top = max(1, *(p.peak_bytes for p in plans.values()))
+        first.set_ylim(0, top * 1.25)
+        _bytes_axis(first, top)
+        if title:
+            fig.suptitle(title, fontsize=10)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None, dpi=110)
+    return buf.getvalue()
+
+
+def memory_timeline(plans: dict, path: str | os.PathLike, title: str | None = None) -> Path:
+    """Plot live bytes per step for each memory plan (`passes.memory.MemoryPlan`, e.g. a
+    GradTrace's `.memory` under several policies), side by side, with the phase boundary, the peak
+    and the saved tensors' spans. Writes SVG, PNG or PDF by `path`'s extension, atomically, and
+    returns the path."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "svg"
+    return write_atomic(path, memory_timeline_bytes(plans, fmt, title))
