@@ -69,3 +69,7 @@ class FreedGraphError(GradirError, RuntimeError):
 
 class InPlaceError(GradirError, RuntimeError):
     """While tracing, an in-place write to a value a VJP rule already saved for backward."""
+
+
+class BudgetError(GradirError, ValueError):
+    """A memory budget below the smallest activation peak the recompute planner can reach."""

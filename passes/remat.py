@@ -46,8 +46,9 @@ class RematPlan:
 
 
 def block_of(v: Value) -> str | None:
-    """The top-level region a node belongs to (its first gr.scope name), or None."""
-    return v.scope[0] if v.scope else None
+    """The top-level block a node belongs to: its outermost gr.scope that is not a gr.checkpoint
+    region (a checkpoint around named blocks does not merge them), else its checkpoint, else None."""
+    return next((s for s in v.scope if not s.startswith(CHECKPOINT)), v.scope[0] if v.scope else None)
 
 
 def in_checkpoint(v: Value) -> str | None:
@@ -101,7 +102,7 @@ def plan_uniform(joint: Graph, segments: int | None = None) -> RematPlan:
     bl = blocks(joint)
     n = len(bl)
     segments = max(1, min(n, round(math.sqrt(n)) if segments is None else int(segments)))
-    per = math.ceil(n / segments)
+    per = max(1, math.ceil(n / segments))
     segment_of: dict[Value, int] = {}
     for b, nodes in enumerate(bl):
         for v in nodes:

@@ -161,13 +161,6 @@ def test_argnums_by_name_and_position():
     assert str(by_name) == str(by_pos)
 
 
-def test_viz_says_it_is_not_there_yet():
-    if hasattr(gr.trace_grad(lambda a: a * a, 1.0), "render"):
-        pytest.skip("this gradir draws diagrams; the viz tests cover --viz")
-    result = _trace(str(TANH), "--viz")
-    assert "later version" in result.stderr and len(GRAPH.findall(result.stdout)) == 2
-
-
 # -- choosing the function --------------------------------------------------------------------------
 
 
@@ -334,3 +327,26 @@ def test_trace_summarises_schedule_and_memory_and_rejects_unknown_policy():
     assert "engine policy" in result.stdout and "lower bound" in result.stdout
     bad = runner.invoke(app, ["schedule", str(MLP), "--policy", "fastest"])
     assert bad.exit_code == 2 and "unknown --policy 'fastest'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- --viz --------------------------------------------------------------------------------------------
+
+def test_trace_viz_writes_diagrams_plot_and_report(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    result = _trace(str(MLP), "--viz", "--out", str(tmp_path))
+    for suffix in ("forward.dot", "backward.dot", "joint.dot", "forward.svg", "backward.svg", "joint.svg",
+                   "memory.svg", "html"):
+        path = tmp_path / f"loss.{suffix}"
+        assert path.exists() and str(path) in result.stdout
+        if suffix.endswith("svg"):
+            ET.parse(path)  # well-formed
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))  # atomic: no leftovers
+
+
+def test_trace_viz_without_dot_still_writes_sources_and_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIR_NO_DOT", "1")
+    result = _trace(str(TANH), "--viz", "--out", str(tmp_path))
+    assert (tmp_path / "loss.joint.dot").exists() and (tmp_path / "loss.html").exists()
+    assert not (tmp_path / "loss.joint.svg").exists()
+    assert "apt-get install graphviz" in result.stderr

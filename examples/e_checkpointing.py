@@ -1,0 +1,270 @@
+"""E. Activation checkpointing: what backward keeps, what it computes again, and what that costs.
+
+Twelve residual MLP blocks (width 256, batch 32, float32), each traced inside ``gr.scope("blockK")``:
+
+    block(x) = x + relu(x @ W1 + b1) @ W2 + b2        (W1, W2: 256x256)      loss = mean(x * x)
+
+differentiated with respect to the parameters (x is data, as in a training step), under several
+recompute plans (``gr.trace_grad(loss, params, x, remat=...)``):
+
+- ``none``: keep every activation the backward reads;
+- ``uniform`` with ``segments=6``: two blocks per segment; only the input of each segment is kept,
+  and the backward recomputes the inside of segments 1-5 from it (the last segment is needed first,
+  so it is not recomputed: torch.utils.checkpoint.checkpoint_sequential's rule);
+- ``selective``: keep matmul outputs, recompute the cheap elementwise rest;
+- ``mincut``: the fewest saved bytes by a min cut of the joint graph (if gradir.passes.mincut exists).
+  Literally the fewest is none at all: recompute the whole forward from the inputs, at the first
+  backward step, so every recomputed value is live at once and the peak does not drop. With
+  ``forbid=("matmul",)`` (AOTAutograd's rule: never recompute compute-bound ops) it keeps as much
+  as no recomputation does on this model;
+- ``optimal`` at the uniform plan's activation peak: the least recomputation whose peak fits in the
+  same memory (if gradir.passes.milp exists). On this model it cannot recompute less than uniform-6
+  (see below), so it is also shown with room for one more activation;
+- and the same program with ``gr.checkpoint`` regions instead of a policy: pairs 0-4 checkpointed
+  (what checkpoint_sequential does, so it equals uniform-6), and every other pair (0, 2, 4).
+
+For each: saved activations and their bytes, block forward calls (12, plus one per block the
+backward recomputes anything of), recomputed ops and their flops, and the activation peak of forward
+then backward (passes.remat's accounting: inputs, parameters and the program's results not counted).
+
+By hand (one activation = 32x256 float32 = 32 KiB): block k keeps its relu output r_k (relu's rule
+keeps its output; the second matmul's rule reads it for dW2) and its output x_(k+1) (the next
+block's first matmul reads it for dW1; after block 11, x*x reads it). That is 24 activations,
+768 KiB, 12 block calls. Uniform-6 keeps the inputs of segments 1-5 (x_2, x_4, ..., x_10: 5) and
+what the last segment's two blocks keep (r_10, x_11, r_11, x_12: 4): 9 activations, 288 KiB, and
+recomputes blocks 0-9 once more: 22 block calls. In each recomputed segment (blocks 2s, 2s+1) the
+backward recomputes block 2s whole (matmul, broadcast of b1, add, relu, matmul, add, broadcast of
+b2, add: 8 ops, for r_2s and x_(2s+1)) and block 2s+1 up to its relu (4 ops), three 32x256x256
+matmuls (2*32*256*256 flops each) and six 32x256 elementwise ops.
+
+Why optimal cannot beat uniform-6 at uniform-6's peak here. The backward needs all 24 of r_0..r_11
+and x_1..x_12. Each one it does not keep costs one matmul of its own to recompute (r_k needs x_k @ W1
+of block k, x_(k+1) needs r_k @ W2 of block k) plus two elementwise ops, unless that matmul's result
+is kept instead, which costs the same memory: so kept + recomputed matmuls >= 24. Every kept value is
+alive when block 11's backward runs its relu rule, together with two 32x256 cotangents and the
+product being made (and less r_11, read for the last time just before): peak >= kept + 2 activations.
+At 352 KiB = 11 activations that allows 9 kept, hence >= 15 recomputed matmuls and 30 elementwise
+ops: exactly uniform-6's 63,160,320 flops (gradir's uniform plan recomputes only what backward needs,
+not the last block of a segment whole). With room for one more activation, 10 kept and 14 matmuls.
+PyTorch's checkpoint_sequential reruns whole segments: 4 matmuls and 8 elementwise ops per segment.
+
+Why PyTorch's reference figures differ (61 tensors / 13.91 MiB / 12 block calls without
+checkpointing vs 21 / 2.50 MiB / 22 calls with six segments). PyTorch counts every tensor an
+autograd node packs for backward (torch.autograd.graph.saved_tensors_hooks): a tensor kept by two
+nodes counts twice, and parameters count. Per block of nn.Linear -> ReLU -> nn.Linear:
+
+    Linear 1 (addmm): its input x_k and its weight W1^T         ReLU: its output r_k
+    Linear 2 (addmm): its input r_k (again) and its weight W2^T
+
+5 tensors per block, against gradir's 2 activations: gradir's saved-tensor report counts each
+value once (r_k serves both rules) and counts new memory only (parameters and the input already
+exist; they appear in the report as inputs with 0 new bytes). On *this* model PyTorch packs
+12*5 - 1 + 2 = 61 tensors (block 0 does not keep W1^T, since x needs no gradient; y*y packs y
+twice), 6.94 MiB; deduplicated by storage that is 48 tensors, gradir's 48 saved values (23 weights,
+x, 24 activations), and without parameters and input it is exactly gradir's 24 / 768 KiB. The
+reference's 13.91 MiB is what PyTorch packs for blocks with a hidden width of 512 (256 -> 512 ->
+256), the input requiring grad and a loss that packs y once (y.pow(2)): 12 * (32 + 512 + 64 + 64 +
+512) KiB + 32 KiB = 13.906 MiB in 61 tensors, and with checkpoint_sequential(6): 5 segment inputs
++ 2 * 5 + 1 = 16 tensors, 2.50 MiB (torch 2.13; the reference's 21 has five more tensors of zero
+bytes, one per checkpointed segment: consistent with an empty placeholder tensor saved beside each
+segment's input, which some PyTorch releases' non-reentrant checkpoint did; not checked here).
+Block calls agree: 12 and 22 (PyTorch reruns whole blocks; gradir counts a block as called again
+when the backward recomputes any node of it, here the last block of a segment only up to its relu).
+tests/test_example_e_checkpointing.py measures PyTorch's figures with saved_tensors_hooks.
+
+Run: python examples/e_checkpointing.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import numpy as np
+
+import gradir as gr
+from gradir.passes.report import human_bytes
+
+WIDTH, BATCH, BLOCKS, SEGMENTS = 256, 32, 12, 6
+
+
+def make_params(blocks=BLOCKS, width=WIDTH, hidden=WIDTH, batch=BATCH, seed=0):
+    """Parameters (a list of dicts W1, b1, W2, b2) and the data x, float32."""
+    rng = np.random.default_rng(seed)
+    f = np.float32
+    params = [{"W1": (rng.standard_normal((width, hidden)) / width ** 0.5).astype(f), "b1": np.zeros(hidden, f),
+               "W2": (rng.standard_normal((hidden, width)) / hidden ** 0.5).astype(f), "b2": np.zeros(width, f)}
+              for _ in range(blocks)]
+    return params, rng.standard_normal((batch, width)).astype(f)
+
+
+def block(x, p):
+    return x + gr.relu(x @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
+
+
+def two_blocks(x, params, first):
+    for k in (first, first + 1):
+        with gr.scope(f"block{k}"):
+            x = block(x, params[k])
+    return x
+
+
+def make_loss(checkpointed_pairs=()):
+    """The twelve-block loss; the pairs of blocks listed run inside gr.checkpoint regions."""
+    checkpointed = gr.checkpoint(two_blocks)  # one wrapper: each call is a region of its own
+
+    def loss(params, x):
+        for pair in range(len(params) // 2):
+            x = (checkpointed if pair in checkpointed_pairs else two_blocks)(x, params, 2 * pair)
+        return gr.mean(x * x)
+    return loss
+
+
+def block_calls(j) -> int:
+    """Block forward calls: every block once, plus once for each block the backward recomputes
+    anything of (read off the scopes of the recomputed nodes)."""
+    recomputed = {s for v in j.partition.recomputed for s in v.scope if s.startswith("block")}
+    return BLOCKS + len(recomputed)
+
+
+def figures_of(j) -> dict:
+    r = j.remat
+    return {"saved": r.saved_count, "saved_bytes": r.saved_bytes, "block_calls": block_calls(j),
+            "recomputed_ops": r.recomputed_ops, "recompute_flops": r.recompute_flops, "peak_bytes": r.peak_bytes,
+            "proven_optimal": r.plan.optimal}
+
+
+def available(planner: str) -> bool:
+    """Whether this version ships the planner gradir.passes.<planner> (mincut, milp)."""
+    function = {"mincut": "plan_mincut", "milp": "plan_optimal"}[planner]
+    try:
+        return hasattr(importlib.import_module(f"gradir.passes.{planner}"), function)
+    except ImportError:
+        return False
+
+
+def plans(params, x) -> dict[str, dict]:
+    """Figures per plan, in the order of the table."""
+    loss = make_loss()
+    out = {}
+    for name, kw in (("none", {}), (f"uniform, {SEGMENTS} segments", {"remat": "uniform", "segments": SEGMENTS}),
+                     ("selective (keep matmul)", {"remat": "selective"})):
+        out[name] = figures_of(gr.trace_grad(loss, params, x, remat=kw.pop("remat", "none"), **kw))
+    uniform_peak = out[f"uniform, {SEGMENTS} segments"]["peak_bytes"]
+    if available("mincut"):
+        out["mincut"] = figures_of(gr.trace_grad(loss, params, x, remat="mincut"))
+        out["mincut, matmul not recomputed"] = figures_of(gr.trace_grad(loss, params, x, remat="mincut",
+                                                                        forbid=("matmul",)))
+    if available("milp"):
+        out["optimal at uniform's peak"] = figures_of(
+            gr.trace_grad(loss, params, x, remat="optimal", memory_budget=uniform_peak))
+        one_more = uniform_peak + BATCH * WIDTH * 4  # room for one more 32x256 activation
+        out["optimal at uniform's peak + 32 KiB"] = figures_of(
+            gr.trace_grad(loss, params, x, remat="optimal", memory_budget=one_more, time_limit=5.0))
+    for name, pairs in (("gr.checkpoint pairs 0-4", (0, 1, 2, 3, 4)), ("gr.checkpoint pairs 0, 2, 4", (0, 2, 4))):
+        out[name] = figures_of(gr.trace_grad(make_loss(pairs), params, x))
+    return out
+
+
+def print_table(rows: dict[str, dict]) -> None:
+    print("| plan | saved activations | saved bytes | block calls | recomputed ops | recompute flops | activation peak |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, f in rows.items():
+        proven = " (proven optimal)" if f["proven_optimal"] else ""
+        print(f"| {name}{proven} | {f['saved']} | {human_bytes(f['saved_bytes'])} | {f['block_calls']} | "
+              f"{f['recomputed_ops']} | {f['recompute_flops']:,} | {human_bytes(f['peak_bytes'])} |")
+
+
+def what_one_block_saves(params, x, k=5) -> list[str]:
+    """gradir's saved-tensor report entries that block k's rules need (activations and inputs)."""
+    j = gr.trace_grad(make_loss(), params, x)
+    forward_scope = {f"%{i}": n.scope for i, n in enumerate(j.forward.all_values())}
+    out = []
+    for e in j.saved.entries:
+        reasons = [str(n) for n in e.needed_by if f"block{k}" in forward_scope.get(n.value, ())]
+        if reasons:
+            out.append(f"{e.name} {e.type_str} ({e.kind}, {human_bytes(e.new_bytes)} new): {'; '.join(reasons)}")
+    return out
+
+
+# -- PyTorch, for the comparison with the reference figures ----------------------------------------
+
+
+def pytorch_saved(hidden=WIDTH, segments=None, input_requires_grad=False, square="mul", blocks=BLOCKS, seed=0) -> dict:
+    """What PyTorch's autograd packs for the same model (nn.Linear -> ReLU -> nn.Linear blocks, float32),
+    counted with torch.autograd.graph.saved_tensors_hooks: every pack (tensors as PyTorch counts them),
+    distinct storages, and distinct storages that are neither parameters nor the input (activations);
+    with `segments`, under checkpoint_sequential. `square`: "mul" (y*y, packs y twice) or "pow" (once)."""
+    import torch
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    torch.manual_seed(seed)
+    calls = [0]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = nn.Linear(WIDTH, hidden), nn.Linear(hidden, WIDTH)
+
+        def forward(self, x):
+            calls[0] += 1
+            return x + self.l2(torch.relu(self.l1(x)))
+
+    model = nn.Sequential(*[Block() for _ in range(blocks)])
+    x = torch.randn(BATCH, WIDTH, requires_grad=input_requires_grad)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = model(x) if segments is None else checkpoint_sequential(model, segments, x, use_reentrant=False)
+        loss = (y * y if square == "mul" else y.pow(2)).mean()
+    loss.backward()
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in packed}
+    not_new = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+    acts = {k: v for k, v in storages.items() if k not in not_new}
+    return {"tensors": len(packed), "bytes": sum(t.numel() * t.element_size() for t in packed),
+            "distinct": len(storages), "activations": len(acts), "activation_bytes": sum(acts.values()),
+            "block_calls": calls[0]}
+
+
+def main() -> dict:
+    params, x = make_params()
+    print(f"{BLOCKS} residual MLP blocks x + relu(x @ W1 + b1) @ W2 + b2, width {WIDTH}, batch {BATCH}, float32; "
+          "gradients of mean(x*x) with respect to the parameters:\n")
+    rows = plans(params, x)
+    print_table(rows)
+    missing = [p for p in ("mincut", "milp") if not available(p)]
+    if missing:
+        print(f"\n(gradir.passes.{' and gradir.passes.'.join(missing)} not in this version: those rows are left out)")
+    figures = {"plans": rows}
+
+    print("\nWhat block 5 keeps in gradir (the saved-tensor report, no recomputation):")
+    figures["block5_saves"] = what_one_block_saves(params, x)
+    for line in figures["block5_saves"]:
+        print(f"   {line}")
+    print("PyTorch's nodes pack, per block: Linear 1 its input x_k and W1^T; ReLU its output r_k; Linear 2 its\n"
+          "input r_k again and W2^T: 5 tensors, parameters included and r_k twice. gradir counts each value once\n"
+          "and new memory only (the weights and x already exist).")
+
+    if importlib.util.find_spec("torch") is not None:
+        same = pytorch_saved()
+        seg = pytorch_saved(segments=SEGMENTS)
+        print(f"\nPyTorch on this model: {same['tensors']} tensors packed, {human_bytes(same['bytes'])} "
+              f"({same['block_calls']} block calls); {same['distinct']} distinct storages; without parameters "
+              f"and input {same['activations']} tensors, {human_bytes(same['activation_bytes'])} (gradir: "
+              f"{rows['none']['saved']}, {human_bytes(rows['none']['saved_bytes'])}).")
+        print(f"With checkpoint_sequential({SEGMENTS}): {seg['tensors']} tensors, {human_bytes(seg['bytes'])}, "
+              f"{seg['block_calls']} block calls; activations {seg['activations']}, "
+              f"{human_bytes(seg['activation_bytes'])}.")
+        ref = pytorch_saved(hidden=2 * WIDTH, input_requires_grad=True, square="pow")
+        ref_seg = pytorch_saved(hidden=2 * WIDTH, segments=SEGMENTS, input_requires_grad=True, square="pow")
+        print(f"The reference's 61 / 13.91 MiB is a 256 -> 512 -> 256 block with x requiring grad and y.pow(2): "
+              f"{ref['tensors']} tensors, {human_bytes(ref['bytes'])}; checkpointed {ref_seg['tensors']} tensors, "
+              f"{human_bytes(ref_seg['bytes'])} (the reference's 21 has five more tensors and no more bytes: one "
+              "empty tensor per checkpointed segment, plausibly the placeholder some PyTorch releases' checkpoint saved).")
+        figures["pytorch"] = {"same_model": same, "same_model_checkpointed": seg, "reference_model": ref,
+                              "reference_model_checkpointed": ref_seg}
+    return figures
+
+
+if __name__ == "__main__":
+    main()
