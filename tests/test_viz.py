@@ -572,3 +572,18 @@ def test_notebook_helpers(scalar):
     page = Page()
     page.feed(viz.html_of(scalar))
     assert page.top_svgs == 4 and scalar.backward.to_text() in page.pres
+
+
+def test_notebook_display_hooks_on_graphs_traces_and_reports():
+    import xml.etree.ElementTree as ET
+
+    j = gr.trace_grad(lambda a, b: gr.tanh(a * b + a), 1.5, -2.0, argnums=(0, 1))
+    graph_svg = j.forward._repr_svg_()
+    if graph_svg is None:
+        pytest.skip("the `dot` program is not installed")
+    root = ET.fromstring(graph_svg)
+    svg = "{http://www.w3.org/2000/svg}"
+    titles = [g.find(f"{svg}title").text for g in root.iter(f"{svg}g") if g.get("class") == "node"]
+    assert len([t for t in titles if not t.startswith("legend")]) == len(j.forward.all_values())
+    assert "<svg" in j._repr_svg_() and "saved" in j._repr_html_()
+    assert "<table" in j.saved._repr_html_() or "<pre" in j.saved._repr_html_()
