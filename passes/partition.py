@@ -137,18 +137,15 @@ def _place_recomputation(backward_nodes, recomputed, recomputed_grads, position)
     order, done = [], set()
 
     def emit_needed(v):
-        stack = [(i, False) for i in reversed(v.inputs) if i in recomputed and i not in done]
-        while stack:
-            u, expanded = stack.pop()
-            if u in done:
-                continue
-            if expanded:
-                done.add(u)
-                order.append(u)
-                continue
-            stack.append((u, True))
-            stack.extend((i, False) for i in sorted(u.inputs, key=position.__getitem__, reverse=True)
-                         if i in recomputed and i not in done)
+        group, stack = set(), [i for i in v.inputs if i in recomputed and i not in done]
+        while stack:  # every recomputed value v needs that is not there yet...
+            u = stack.pop()
+            if u not in group:
+                group.add(u)
+                stack.extend(i for i in u.inputs if i in recomputed and i not in done)
+        for u in sorted(group, key=position.__getitem__):  # ...run in forward order
+            done.add(u)
+            order.append(u)
 
     for n in backward_nodes:
         emit_needed(n)

@@ -82,7 +82,8 @@ def candidates(joint: Graph) -> list[Value]:
 def blocks(joint: Graph) -> list[list[Value]]:
     """The forward nodes grouped into blocks, in order: top-level scopes if the program has any
     (nodes outside every scope join no block), else about sqrt(n) equal shares of the nodes."""
-    fwd = [v for v in forward_values(joint) if v not in const_only(joint)]
+    constish = const_only(joint)
+    fwd = [v for v in forward_values(joint) if v not in constish]
     named: dict[str, list[Value]] = {}
     for v in fwd:
         if block_of(v) is not None:

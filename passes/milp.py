@@ -1,0 +1,757 @@
+"""The ``optimal`` recompute policy: the plan recomputing the fewest flops whose activation peak fits a
+memory budget, by a mixed-integer program (scipy.optimize.milp, HiGHS).
+
+The model follows what `partition(joint, saved=S)` builds and `remat.evaluate` measures:
+
+- Units. Views own no memory (passes.aliasing): a forward value and its forward views are one unit,
+  kept or recomputed together, costing its owner's buffer. Views of inputs and constants are free
+  and always kept. Units that are not `remat.candidates` (inside gr.checkpoint regions,
+  constant-only) cannot be kept.
+- Variables: K[u] = 1 keeps unit u; x[u, g] = 1 recomputes it in the group of nodes partition places
+  right before backward node g. The backward's own nodes keep their joint order; a recomputed unit
+  lands before its first need, transitively: the earliest of its direct backward readers and the
+  groups of the recomputed units that read it. Constraints make x follow that rule exactly, so K
+  decides x.
+- Memory: the stitched forward+backward timeline under `plan_memory(..., count_outputs=False)`'s
+  rule (a buffer lives from its step through the last step reading it or a view of it; inputs,
+  constants, 0-d values and results not counted). One row per forward step, backward step and
+  possible recompute step: live bytes <= budget. Liveness is propagated backwards over each unit's
+  events (see `Model`), with recomputed nodes inside a group in forward order.
+- Objective: recompute flops (`Primitive.cost`, as `evaluate` reports), then as tie-breaks blocks
+  recomputed (fewer block calls) and recomputed ops, folded into one integral objective.
+
+Exact reductions keep it small: a unit no backward node reads, read by one keepable unit no larger
+than itself, is never worth keeping (keeping its reader holds no more bytes at any step and
+recomputes less); an unkeepable unit with one reader and no backward reader shares its reader's
+variables (recomputed exactly with it); with a heuristic plan within budget, groups whose forced
+recompute chain alone costs more are dropped, and cost <= that plan's is a constraint.
+
+Exactness: the model's peak and flops equal `evaluate`'s for any saved set wherever partition's
+depth-first placement inside a group coincides with forward order (every chain of blocks; all
+random programs tried in tests). Where it does not, the model may be off either way, so each
+solution is verified with `evaluate`'s computation: over budget, the model's budget is lowered by
+the excess and it is solved again (the plan then says it is not proven optimal).
+
+Fallback: beyond `max_vars` recompute variables (about 30 blocks of TEACHING.md E's model; 24 are
+solved to proven optimality in ~15 s, 12 in ~2 s),
+or when the solve ends without a solution, the cheapest heuristic plan (none, uniform over a range
+of segment counts, selective, mincut) within budget, optimal=False, with a note. A budget below the
+least peak the planner reaches (a MILP minimising the peak, and the heuristics) raises BudgetError
+stating it. memory_budget=None recomputes nothing (the none plan).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gradir.errors import BudgetError
+from gradir.ir import Graph, Value
+from gradir.passes.aliasing import owners
+from gradir.passes.partition import const_only, forward_values
+from gradir.passes.remat import RematPlan, RematReport, blocks, candidates, evaluate, plan_remat
+from gradir.passes.report import human_bytes
+from gradir.primitive import get_primitive
+
+SHOW_LOG = False   # print HiGHS's log (debugging)
+MAX_VARS = 6_000  # recompute variables x[u, g] above which the MILP is not attempted
+
+
+# -- the timeline facts the model is built on ------------------------------------------------------
+
+
+@dataclass
+class Unit:
+    owner: Value
+    members: list[Value]     # the owner and its forward views
+    saveable: list[Value]    # members that are candidates (what keeping the unit saves)
+    pos: int                 # forward step producing the owner (also its order inside a group)
+    fbytes: int              # bytes of the forward buffer (0: not counted)
+    rbytes: int              # bytes of a recomputed copy
+    cost: int                # flops to recompute it
+    keepable: bool
+    deps: list[int] = field(default_factory=list)       # units its owner reads
+    consumers: list[int] = field(default_factory=list)  # units reading it
+    direct: list[int] = field(default_factory=list)     # backward steps reading a member (needs)
+    readers: list[int] = field(default_factory=list)    # backward steps reading its buffer
+    last_fwd: int = 0        # last forward step reading its buffer
+    block: int | None = None  # the block (remat.blocks) its owner belongs to
+    ops: int = 0             # nodes recomputed with it (not constant-only)
+    domain: list[int] = field(default_factory=list)     # groups it may be recomputed in
+    dominated: bool = False  # a candidate never worth keeping (see analyse)
+
+
+@dataclass
+class Timeline:
+    units: list[Unit]
+    free: list[Value]        # candidates owning no counted memory (views of inputs): always kept
+    n_forward: int
+    n_backward: int
+    fixed_f: list[int]       # bytes of forward buffers alive at each forward step, no unit extended
+    fixed_b: list[int]       # bytes of backward-owned buffers alive at each backward step
+    fixed_gap: list[int]     # ... alive across the gap before backward step g (born earlier, read later)
+
+
+def analyse(joint: Graph) -> Timeline:
+    """Units, backward steps and the fixed part of the memory timeline of `joint` (see the module
+    docstring)."""
+    k = joint.num_forward_outputs
+    fwd = forward_values(joint)
+    fwd_set = set(fwd)
+    primals = set(joint.inputs[:len(joint.inputs) - k])
+    fwd_outs, grads = joint.outputs[:k], joint.outputs[k:]
+    owner = owners(joint)
+    constish = const_only(joint)
+    cands = set(candidates(joint))
+
+    # backward nodes: what the gradients need, short of forward values; in joint order
+    needed, stack = set(), [g for g in grads if g not in fwd_set and g not in primals]
+    while stack:
+        v = stack.pop()
+        if v not in needed and v.op != "input":
+            needed.add(v)
+            stack.extend(i for i in v.inputs if i not in fwd_set and i not in primals)
+    bwd = [n for n in joint.nodes if n in needed]
+    fstep = {v: s for s, v in enumerate(fwd)}
+    bstep = {v: j for j, v in enumerate(bwd)}
+    out_owner = {owner[o] for o in fwd_outs} | {owner[g] for g in grads}
+
+    unit_of: dict[Value, int] = {}
+    units: list[Unit] = []
+    free = []
+    for v in fwd:
+        o = owner[v]
+        if o.op in ("input", "const") or o not in fstep:
+            if v in cands:
+                free.append(v)
+            continue
+        if o is v:
+            counted = v.ndim > 0
+            unit_of[v] = len(units)
+            units.append(Unit(v, [v], [v] if v in cands else [], fstep[v],
+                              v.nbytes if counted and v not in out_owner else 0, v.nbytes if counted else 0, 0,
+                              v in cands and v not in constish))
+        else:
+            unit_of[v] = unit_of[o]
+            units[unit_of[o]].members.append(v)
+            if v in cands:
+                units[unit_of[o]].saveable.append(v)
+    block_of = {v: b for b, vs in enumerate(blocks(joint)) for v in vs}
+    for u in units:
+        u.cost = sum(get_primitive(m.op).cost(m, m.inputs, m.attrs) for m in u.members if m not in constish)
+        u.ops = sum(1 for m in u.members if m not in constish)
+        u.block = block_of.get(u.owner)
+        u.last_fwd = u.pos
+        deps = {unit_of[owner[i]] for i in u.owner.inputs if owner[i] in unit_of}
+        u.deps = sorted(deps)
+    for c, u in enumerate(units):
+        for d in u.deps:
+            units[d].consumers.append(c)
+    for n in fwd:
+        for i in n.inputs:
+            if owner[i] in unit_of:
+                u = units[unit_of[owner[i]]]
+                u.last_fwd = max(u.last_fwd, fstep[n])
+    for n in bwd:
+        for i in n.inputs:
+            if owner[i] in unit_of:
+                u = units[unit_of[owner[i]]]
+                u.readers.append(bstep[n])
+                if i in fwd_set:
+                    u.direct.append(bstep[n])
+
+    # dominance: a unit no backward node reads, whose buffer one keepable unit alone reads and that is
+    # no larger, is never worth keeping: keeping that reader instead holds no more bytes at any step
+    # (the reader's buffer replaces it from the step producing the reader on) and recomputes less
+    for u in units:
+        if u.keepable and not u.readers and len(u.consumers) == 1:
+            c = units[u.consumers[0]]
+            if c.keepable and 0 < c.fbytes <= u.fbytes and c.rbytes <= u.rbytes:
+                u.keepable = False
+                u.dominated = True
+
+    # groups each unit may be recomputed in: its first direct need, or a group a consumer may be in,
+    # never after its first direct need (consumers come later in forward order: walk backwards)
+    for u in reversed(units):
+        first = min(u.direct, default=math.inf)
+        dom = set(u.direct) | {g for c in u.consumers for g in units[c].domain}
+        u.domain = sorted(g for g in dom if g <= first)
+
+    fixed_f = [0] * (len(fwd) + 1)
+    for u in units:
+        if u.fbytes:
+            fixed_f[u.pos] += u.fbytes
+            fixed_f[u.last_fwd + 1] -= u.fbytes
+    fixed_f = list(np.cumsum(fixed_f)[:-1]) if fwd else []
+    m = len(bwd)
+    fixed_b, fixed_gap = [0] * (m + 1), [0] * (m + 1)
+    ends = {}
+    for n in bwd:
+        if owner[n] is n and n.op != "const" and n.ndim and n not in out_owner:
+            ends[n] = bstep[n]
+    for n in bwd:
+        for i in n.inputs:
+            if owner[i] in ends:
+                ends[owner[i]] = max(ends[owner[i]], bstep[n])
+    for b, end in ends.items():
+        fixed_b[bstep[b]] += b.nbytes
+        fixed_b[end + 1] -= b.nbytes
+        if end > bstep[b]:
+            fixed_gap[bstep[b] + 1] += b.nbytes
+            fixed_gap[end + 1] -= b.nbytes
+    fixed_b = [int(x) for x in np.cumsum(fixed_b)[:-1]]
+    fixed_gap = [int(x) for x in np.cumsum(fixed_gap)[:-1]]
+    return Timeline(units, free, len(fwd), m, [int(x) for x in fixed_f], fixed_b, fixed_gap)
+
+
+def plan_from_keep(tl: Timeline, keep) -> frozenset[Value]:
+    """The saved set of a unit-level choice: every candidate member of each kept unit, and the free
+    candidates (views of inputs)."""
+    saved = set(tl.free)
+    for i in keep:
+        saved.update(tl.units[i].saveable)
+    return frozenset(saved)
+
+
+# -- the mixed-integer program ------------------------------------------------------------------------
+
+
+class Model:
+    """Variables and constraints of the recompute MILP for one timeline (see the module docstring).
+
+    Liveness is propagated backwards in time, unit by unit, over the points where something happens
+    to it (a step of the group that may recompute it, a reader): E[k] (alive at its k-th event) >=
+    the event's demand (a reader running there, or its own recomputation), G[k] (alive in the gap
+    after event k) >= E[k+1] - (recomputed at event k+1), E[k] >= G[k]; the gap before the first
+    event, G0, is the forward buffer kept into the backward. This is the tight form of "alive from
+    its start through its last reader"; indicators are continuous and only ever counted against the
+    budget, so they take their least values where it binds.
+    Memory rows are kept apart as (bytes fixed, {var: bytes}), meaning fixed + sum <= budget."""
+
+    def __init__(self, tl: Timeline):
+        self.tl = tl
+        self.n = 0
+        self.binary: list[bool] = []
+        self.K: dict[int, int] = {}
+        self.X: dict[tuple[int, int], int] = {}
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+        self.lower: list[tuple[int, dict[int, float], float]] = []  # var >= const + sum: in order of evaluation
+        self.mem: dict[frozenset, int] = {}
+        self.alias: dict[int, int] = {}  # unit -> the reader whose recompute variables it shares
+        self.xs: list[list[tuple[int, int]]] = [[] for _ in tl.units]  # per unit: (group, var), by group
+        for i, u in reversed(list(enumerate(tl.units))):
+            if u.keepable:
+                self.K[i] = self._var(True)
+            if _follows(u) and u.domain == tl.units[u.consumers[0]].domain:
+                # recomputed exactly when its one reader is, in the same group: share its variables
+                self.alias[i] = u.consumers[0]
+            for g in u.domain:
+                self.X[i, g] = v = self.X[self.alias[i], g] if i in self.alias else self._var(True)
+                self.xs[i].append((g, v))
+        self._plan_rows()
+        self._points()
+        self._liveness()
+        self._memory_rows()
+
+    def _var(self, binary: bool, ub: float = 1) -> int:
+        self.binary.append(binary)
+        self.n += 1
+        if not binary and ub == 0:
+            self.rows.append(({self.n - 1: 1}, 0, 0))
+        return self.n - 1
+
+    def _x(self, i: int, lo=-math.inf, hi=math.inf) -> tuple[int, ...]:
+        """Unit i's recompute variables for groups in [lo, hi]."""
+        return tuple(v for g, v in self.xs[i] if lo <= g <= hi)
+
+    def _plan_rows(self):
+        """x follows partition's placement rule, given K."""
+        units = self.tl.units
+        for i, u in enumerate(units):
+            k = {self.K[i]: 1} if i in self.K else {}
+            if i in self.alias:
+                continue  # its rows are its reader's
+            self.rows.append((k | dict.fromkeys(self._x(i), 1), 0, 1))          # kept or recomputed, once
+            if u.direct:
+                self.rows.append((k | dict.fromkeys(self._x(i), 1), 1, 1))      # backward reads it
+            for c in u.consumers:                                                # a recomputed reader needs it
+                for g, xc in self.xs[c]:                                         # no later than itself
+                    self.rows.append((k | dict.fromkeys(self._x(i, hi=g), 1) | {xc: -1}, 0, math.inf))
+            direct = set(u.direct)
+            for g, xu in self.xs[i]:                                             # and no earlier than the
+                if g not in direct:                                              # first who needs it
+                    row = {xu: 1}
+                    for c in u.consumers:
+                        row.update(dict.fromkeys(self._x(c, g, g), -1))
+                    self.rows.append((row, -math.inf, 0))
+
+    def _points(self):
+        """The backward timeline's points: for each backward node j, the steps of the group that may
+        run before it (one per unit that may be recomputed there, in forward order), then j itself."""
+        units = self.tl.units
+        group: dict[int, list[int]] = {}
+        for i, u in enumerate(units):
+            for g in u.domain:
+                group.setdefault(g, []).append(i)
+        self.points: list[tuple[int, int | None]] = []  # (backward node, unit recomputed or None)
+        self.point_of: dict[tuple[int, int | None], int] = {}
+        for j in range(self.tl.n_backward):
+            for i in sorted(group.get(j, ()), key=lambda i: units[i].pos):
+                self.point_of[j, i] = len(self.points)
+                self.points.append((j, i))
+            self.point_of[j, None] = len(self.points)
+            self.points.append((j, None))
+
+    def _liveness(self):
+        """Per unit with a buffer: its events, and E/G variables propagated backwards over them."""
+        units = self.tl.units
+        self.events: list[list[int]] = []   # per unit: points where it starts or is read, in order
+        self.E: list[list[int]] = []
+        self.G: list[list[int]] = []
+        self.G0: list[int | None] = []      # alive before its first event (the kept forward copy)
+        for i, u in enumerate(units):
+            demand: dict[int, dict[int, float]] = {}
+            start: dict[int, int] = {}
+            if u.rbytes or u.fbytes:
+                for g, xv in self.xs[i]:
+                    start[self.point_of[g, i]] = xv
+                for j in u.readers:
+                    demand[self.point_of[j, None]] = {}  # a backward node reads it: alive, kept or not
+                for c in u.consumers:
+                    for g, xc in self.xs[c]:
+                        demand.setdefault(self.point_of[g, c], {xc: 1})
+            ev = sorted(set(start) | set(demand))
+            E, G = [0] * len(ev), [0] * len(ev)
+            nxt_alive, nxt_start = None, None
+            for k in reversed(range(len(ev))):
+                p = ev[k]
+                G[k] = g = self._var(False)
+                if nxt_alive is not None:  # alive in the gap if alive at the next event and not started there
+                    self.lower.append((g, {nxt_alive: 1} | ({nxt_start: -1} if nxt_start is not None else {}), 0))
+                E[k] = e = self._var(False)
+                self.lower.append((e, {g: 1}, 0))
+                if p in start:
+                    self.lower.append((e, {start[p]: 1}, 0))
+                if p in demand:
+                    self.lower.append((e, demand[p], 0 if demand[p] else 1))
+                nxt_alive, nxt_start = e, start.get(p)
+            g0 = None
+            if ev:
+                g0 = self._var(False, ub=1 if i in self.K else 0)
+                self.lower.append((g0, {nxt_alive: 1} | ({nxt_start: -1} if nxt_start is not None else {}), 0))
+            self.events.append(ev)
+            self.E.append(E)
+            self.G.append(G)
+            self.G0.append(g0)
+
+    def _state(self, i: int, p: int) -> int | None:
+        """The variable saying whether unit i's buffer is alive at point p (None: it is not)."""
+        ev = self.events[i]
+        k = bisect.bisect_right(ev, p) - 1
+        if k < 0:
+            return self.G0[i]
+        return self.E[i][k] if ev[k] == p else self.G[i][k]
+
+    def _memory_rows(self):
+        tl, units = self.tl, self.tl.units
+        for s in range(tl.n_forward):  # forward steps: kept buffers stay past their last forward reader
+            self._add_mem(tl.fixed_f[s], [(u.fbytes, self.G0[i]) for i, u in enumerate(units)
+                                          if u.pos <= s and u.last_fwd < s and self.G0[i] is not None])
+        for p, (j, i) in enumerate(self.points):
+            if i is not None and not units[i].rbytes:
+                continue  # allocates nothing: never above the step before it
+            fixed = tl.fixed_b[j] if i is None else tl.fixed_gap[j]
+            terms = []
+            for w, u in enumerate(units):
+                v = self._state(w, p)
+                if v is not None:
+                    terms.append((u.fbytes if v == self.G0[w] else u.rbytes, v))
+            self._add_mem(fixed, terms)
+
+    def _add_mem(self, fixed: int, terms: list[tuple[int, int]]):
+        row: dict[int, int] = {}
+        for nbytes, v in terms:
+            if nbytes:
+                row[v] = row.get(v, 0) + nbytes
+        key = frozenset(row.items())
+        self.mem[key] = max(self.mem.get(key, 0), int(fixed))
+
+    # -- evaluating an assignment ------------------------------------------------------------------
+
+    def assignment(self, keep) -> np.ndarray:
+        """The values of every variable for the plan keeping units `keep`: x by partition's rule,
+        liveness at its least."""
+        keep, units = set(keep), self.tl.units
+        val = np.zeros(self.n)
+        group: dict[int, int] = {}
+        for i in reversed(range(len(units))):
+            if i in keep:
+                val[self.K[i]] = 1
+                continue
+            needs = list(units[i].direct) + [group[c] for c in units[i].consumers if c in group]
+            if needs:
+                group[i] = min(needs)
+                val[self.X[i, group[i]]] = 1
+        return self.fill(val)
+
+    def fill(self, val: np.ndarray) -> np.ndarray:
+        """Liveness variables at their least, given the binaries."""
+        val = val.copy()
+        low = np.zeros(self.n, dtype=bool)
+        for v, _, _ in self.lower:
+            if not low[v]:
+                val[v], low[v] = 0.0, True
+        for v, coefs, const in self.lower:
+            val[v] = max(val[v], const + sum(c * val[w] for w, c in coefs.items()))
+        return val
+
+    def peak(self, val: np.ndarray) -> int:
+        """The model's activation peak of an assignment."""
+        return max(fixed + sum(c * val[v] for v, c in key) for key, fixed in self.mem.items())
+
+    # -- solving ---------------------------------------------------------------------------------------
+
+    def solve(self, budget: int | None, time_limit: float, objective: str = "flops", extra_rows=()):
+        """scipy.optimize.milp under `objective`: "flops" (recompute flops), "ties" (blocks recomputed,
+        then recomputed ops: the tie-break among equally cheap plans, with a row fixing the flops in
+        `extra_rows`) or "peak" (the least peak; `budget` unused). Returns (scipy result, values or
+        None)."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_matrix
+
+        units = self.tl.units
+        nbytes = [c for key in self.mem for _, c in key] + list(self.mem.values())
+        scale = math.gcd(*[int(b) for b in nbytes if b]) or 1
+        costs = [u.cost for u in units if u.cost]
+        cscale = math.gcd(*costs) if costs else 1
+        minimize_peak = objective == "peak"
+        nblocks = max((u.block + 1 for u in units if u.block is not None), default=0) if objective == "ties" else 0
+        n = self.n + (1 if minimize_peak else nblocks)
+        obj = np.zeros(n)
+        if minimize_peak:
+            obj[-1] = 1
+        elif objective == "ties":  # a block recomputed outweighs every op
+            mid = sum(u.ops for u in units) + 1
+            for (i, _), v in self.X.items():
+                obj[v] += units[i].ops
+            obj[self.n:] = mid
+        else:
+            for (i, _), v in self.X.items():
+                obj[v] += units[i].cost // cscale
+        blocked = [(i, u.block) for i, u in enumerate(units) if u.block is not None] if nblocks else []
+        rows, cols, data, lo, hi = [], [], [], [], []
+
+        def add(coefs, a, b):
+            r = len(lo)
+            for v, c in coefs.items():
+                rows.append(r)
+                cols.append(v)
+                data.append(c)
+            lo.append(a)
+            hi.append(b)
+
+        for coefs, a, b in [*self.rows, *extra_rows]:
+            add(coefs, a, b)
+        for i, b in blocked:  # block b is recomputed if one of its units is
+            if self._x(i):
+                add({self.n + b: 1} | dict.fromkeys(self._x(i), -1), 0, math.inf)
+        for v, coefs, const in self.lower:
+            add({v: 1} | {w: -c for w, c in coefs.items()}, const, math.inf)
+        for key, fixed in self.mem.items():
+            coefs = {v: c / scale for v, c in key}
+            if minimize_peak:
+                add(coefs | {n - 1: -1}, -math.inf, -fixed / scale)
+            else:
+                add(coefs, -math.inf, math.floor(budget / scale) - fixed / scale)
+        A = coo_matrix((data, (rows, cols)), shape=(len(lo), n)).tocsr()
+        integrality = np.array([1 if b else 0 for b in self.binary] + [1 if minimize_peak else 0] * (n - self.n))
+        ub = np.ones(n)
+        if minimize_peak:
+            ub[-1] = np.inf  # the peak, in whole units of `scale` bytes
+        res = milp(obj, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, ub),
+                   options={"time_limit": max(0.1, time_limit), "mip_rel_gap": 0, "presolve": True, "disp": SHOW_LOG})
+        if res.x is None:
+            return res, None
+        val = np.round(res.x[:self.n]) * np.array(self.binary) + res.x[:self.n] * ~np.array(self.binary)
+        return res, self.fill(val)
+
+    def cost_row(self) -> dict[int, int]:
+        """The recompute flops as a linear form."""
+        row: dict[int, int] = {}
+        for (i, _), v in self.X.items():
+            row[v] = row.get(v, 0) + self.tl.units[i].cost
+        return row
+
+    def keep_of(self, val: np.ndarray) -> list[int]:
+        """The units a solution keeps."""
+        return [i for i, v in self.K.items() if val[v] > 0.5]
+
+
+# -- the policy -----------------------------------------------------------------------------------------
+
+
+def measure(joint: Graph, saved) -> tuple[int, int]:
+    """(activation peak, recompute flops) of the plan keeping `saved`: what `remat.evaluate` reports,
+    computed the same way (partition, stitch, plan_memory without the program's results) without its
+    block statistics, to screen many plans quickly."""
+    from gradir.passes.memory import plan_memory
+    from gradir.passes.partition import partition
+
+    part = partition(joint, saved=saved)
+    graph, order, phases = part.stitch()
+    peak = plan_memory(graph, order, phases, count_outputs=False, layout=False).peak_bytes
+    return peak, sum(get_primitive(v.op).cost(v, v.inputs, v.attrs) for v in part.recomputed)
+
+
+def heuristic_plans(joint: Graph) -> list[RematPlan]:
+    """The heuristics the optimal plan is compared with and falls back to: none, uniform with a range
+    of segment counts (every count up to 16 blocks, else 2, 3, 4, 6, ~sqrt(n), ~2 sqrt(n), n),
+    selective, mincut (without and with matmuls forbidden)."""
+    from gradir.passes.mincut import plan_mincut
+
+    n = len(blocks(joint))
+    root = max(1, round(math.sqrt(n)))
+    counts = range(1, n + 1) if n <= 16 else sorted({s for s in (2, 3, 4, 6, root, 2 * root, n) if s <= n})
+    out = [plan_remat(joint, "none")]
+    out += [plan_remat(joint, "uniform", segments=s) for s in counts]
+    out += [plan_remat(joint, "selective"), plan_mincut(joint), plan_mincut(joint, forbid=("matmul",))]
+    return out
+
+
+def label(plan: RematPlan) -> str:
+    """A short name for a plan: its policy and the option that sets it apart."""
+    o = plan.options
+    if plan.policy == "uniform":
+        return f"uniform-{o['segments']}"
+    if plan.policy == "mincut" and o.get("forbid"):
+        return f"mincut(forbid {','.join(o['forbid'])})"
+    return plan.policy
+
+
+@dataclass
+class Candidate:
+    plan: RematPlan
+    peak: int
+    flops: int
+
+
+def screen(joint: Graph, plans: list[RematPlan]) -> list[Candidate]:
+    """Each plan with its measured peak and flops."""
+    return [Candidate(p, *measure(joint, p.saved)) for p in plans]
+
+
+def plan_optimal(joint: Graph, memory_budget: int | None = None, time_limit: float = 20.0, max_vars: int = MAX_VARS,
+                 heuristics: list[Candidate] | None = None, ties_limit: float = 5.0) -> RematPlan:
+    """The plan recomputing the fewest flops whose activation peak (`evaluate(...).peak_bytes`) is at
+    most `memory_budget` bytes, by a MILP solved within `time_limit` seconds (see the module
+    docstring). `optimal` says whether HiGHS proved it (options carry the solve time and gap).
+    memory_budget=None: nothing is recomputed (the none plan, trivially optimal). Raises
+    BudgetError below the smallest peak the planner reaches. `heuristics`: screened heuristic plans,
+    to reuse across budgets (default: `screen(joint, heuristic_plans(joint))`). Among plans of the
+    least flops, a second solve of at most `ties_limit` seconds looks for the fewest blocks
+    recomputed (block calls), then the fewest recomputed ops."""
+    t0 = time.perf_counter()
+    if memory_budget is None:
+        return RematPlan("optimal", plan_remat(joint, "none").saved, {"memory_budget": None}, optimal=True,
+                         note="no budget: nothing recomputed")
+    budget = int(memory_budget)
+    if budget < 0:
+        raise BudgetError(f"memory budget must be a number of bytes >= 0, got {memory_budget!r}", op="remat")
+    pool = heuristics if heuristics is not None else screen(joint, heuristic_plans(joint))
+    best = min((c for c in pool if c.peak <= budget), key=lambda c: (c.flops, c.peak), default=None)
+    options = {"memory_budget": budget, "time_limit": time_limit}
+
+    def done(saved, optimal: bool, note: str, **extra) -> RematPlan:
+        return RematPlan("optimal", saved, options | extra | {"solve_s": round(time.perf_counter() - t0, 3)},
+                         optimal, note)
+
+    def fallback(why: str, minimum: int | None = None) -> RematPlan:
+        if best is None:
+            least = min([c.peak for c in pool] + ([minimum] if minimum is not None else []))
+            raise BudgetError(f"memory budget {human_bytes(budget)} ({budget:,} bytes) is below the smallest "
+                              f"activation peak this planner can reach, {human_bytes(least)} ({least:,} bytes)",
+                              op="remat")
+        return done(best.plan.saved, False, f"{why}; fallback: the cheapest heuristic within budget, {label(best.plan)}")
+
+    if best is not None and best.flops == 0:
+        return done(best.plan.saved, True, "nothing recomputed within budget")
+    tl = analyse(joint)
+    if best is not None:
+        _prune(tl, best.flops)
+    size = sum(len(u.domain) for u in tl.units)
+    if size > max_vars:
+        return fallback(f"MILP not attempted: {size:,} recompute variables > {max_vars:,}")
+    model = Model(tl)
+    if best is not None:  # no worse than the best heuristic: a valid cut that helps the bound
+        model.rows.append((model.cost_row(), -math.inf, best.flops))
+    target = budget
+    for _ in range(3):
+        res, val = model.solve(target, time_limit - (time.perf_counter() - t0))
+        if val is None:
+            why = "no plan fits" if res.status == 2 else f"MILP: no solution ({res.message})"
+            if best is None:  # the plan of least peak: within budget after all, or the minimum for the error
+                least = least_peak_plan(joint, max(1.0, time_limit - (time.perf_counter() - t0)), model=model, pool=pool)
+                if least.peak <= budget:
+                    return done(least.plan.saved, False, f"{why}; fallback: the MILP's least-peak plan")
+                return fallback(why, least.peak)
+            return fallback(why + (" (the model is conservative on this graph)" if res.status == 2 else ""))
+        saved = plan_from_keep(tl, model.keep_of(val))
+        peak, flops = measure(joint, saved)
+        if peak <= budget:
+            gap = float(getattr(res, "mip_gap", None) or 0.0)
+            if best is not None and best.flops < flops:
+                return fallback(f"the MILP's plan (gap {gap:.1%}) recomputes more than a heuristic")
+            proven = res.status == 0 and target == budget
+            note = "proven optimal" if proven else (
+                f"time limit: gap {gap:.1%}" if res.status != 0 else
+                "model budget lowered after verification: optimal for the lowered budget only")
+            if res.status == 0:  # among plans this cheap, fewest blocks recomputed (best effort, briefly)
+                left = min(ties_limit, time_limit - (time.perf_counter() - t0))
+                fixed = (model.cost_row(), -math.inf, flops)
+                if left > 0.5:
+                    tie_res, tie_val = model.solve(target, left, "ties", extra_rows=[fixed])
+                    if tie_val is not None:
+                        tie_saved = plan_from_keep(tl, model.keep_of(tie_val))
+                        tie_peak, tie_flops = measure(joint, tie_saved)
+                        if tie_peak <= budget and tie_flops <= flops:
+                            saved = tie_saved
+            return done(saved, proven, note, mip_gap=gap)
+        target -= peak - target  # the model was optimistic here: ask for the excess back
+    return fallback("the model's plans did not verify within budget")
+
+
+def _prune(tl: Timeline, bound: float):
+    """Drop recompute groups that alone would cost more than `bound`: recomputing u in group g means
+    recomputing a chain of its readers down to one the backward reads at g."""
+    units = tl.units
+    chain: list[dict[int, float]] = [{} for _ in units]
+    for i in reversed(range(len(units))):
+        u = units[i]
+        direct = set(u.direct)
+        for g in u.domain:
+            rest = 0 if g in direct else min((chain[c][g] for c in u.consumers if g in chain[c]), default=math.inf)
+            chain[i][g] = u.cost + rest
+        u.domain = [g for g in u.domain if chain[i][g] <= bound]
+        chain[i] = {g: chain[i][g] for g in u.domain}
+    for u in units:  # a reader can only be recomputed where its unkeepable input can, at or before
+        for d in u.deps:
+            if not units[d].keepable:
+                first = min(units[d].domain, default=math.inf)
+                u.domain = [g for g in u.domain if g >= first]
+        if _follows(u):
+            c = units[u.consumers[0]]
+            c.domain = [g for g in c.domain if g in set(u.domain)]
+
+
+def _follows(u: Unit) -> bool:
+    """u is recomputed exactly when its only reader is, in the same group: it cannot be kept and
+    no backward node reads it."""
+    return not u.keepable and not u.readers and len(u.consumers) == 1
+
+
+def least_peak_plan(joint: Graph, time_limit: float = 20.0, max_vars: int = MAX_VARS, model: Model | None = None,
+                    pool: list[Candidate] | None = None) -> Candidate:
+    """The plan of least verified activation peak among the MILP's least-peak plan (proven least when
+    HiGHS finishes in time) and the heuristics: its peak is the least budget `plan_optimal` accepts."""
+    pool = pool if pool is not None else screen(joint, heuristic_plans(joint))
+    found = list(pool)
+    if model is None:
+        tl = analyse(joint)
+        if sum(len(u.domain) for u in tl.units) <= max_vars:
+            model = Model(tl)
+    if model is not None:
+        res, val = model.solve(None, time_limit, "peak")
+        if val is not None:
+            saved = plan_from_keep(model.tl, model.keep_of(val))
+            found.append(Candidate(RematPlan("optimal", saved, {"least_peak": True}, res.status == 0,
+                                             "least activation peak"), *measure(joint, saved)))
+    return min(found, key=lambda c: (c.peak, c.flops))
+
+
+def min_peak(joint: Graph, time_limit: float = 20.0, max_vars: int = MAX_VARS) -> int:
+    """The least budget `plan_optimal` accepts (see least_peak_plan)."""
+    return least_peak_plan(joint, time_limit, max_vars).peak
+
+
+# -- the budget sweep ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepRow:
+    """One plan at one budget: its verified figures, and whether it fits."""
+    budget: int
+    policy: str                  # e.g. uniform-6, mincut, optimal
+    peak_bytes: int | None       # verified activation peak (None: no plan, see note)
+    fits: bool
+    saved_count: int | None = None
+    saved_bytes: int | None = None
+    recompute_flops: int | None = None
+    recomputed_ops: int | None = None
+    block_calls: int | None = None
+    optimal: bool | None = None  # proven optimal (optimal rows)
+    solve_s: float | None = None
+    note: str = ""
+
+
+def _row(budget: int, name: str, r: RematReport, **extra) -> SweepRow:
+    return SweepRow(budget, name, r.peak_bytes, r.peak_bytes <= budget, r.saved_count, r.saved_bytes, r.recompute_flops,
+                    r.recomputed_ops, r.block_calls, **extra)
+
+
+def sweep(joint: Graph, budgets, plans: list[RematPlan] | None = None, time_limit: float = 20.0) -> list[SweepRow]:
+    """The memory/recompute trade-off: for each budget, every heuristic plan (`plans`, default
+    `heuristic_plans(joint)`: each evaluated once, flagged whether it fits) and the optimal plan."""
+    plans = plans if plans is not None else heuristic_plans(joint)
+    reports = [(label(p), evaluate(joint, p)) for p in plans]
+    pool = [Candidate(p, r.peak_bytes, r.recompute_flops) for p, (_, r) in zip(plans, reports)]
+    rows = []
+    for b in budgets:
+        b = int(b)
+        rows += [_row(b, name, r) for name, r in reports]
+        try:
+            plan = plan_optimal(joint, b, time_limit, heuristics=pool)
+        except BudgetError as e:
+            rows.append(SweepRow(b, "optimal", None, False, note=e.detail))
+            continue
+        rows.append(_row(b, "optimal", evaluate(joint, plan), optimal=plan.optimal, solve_s=plan.options.get("solve_s"),
+                         note=plan.note))
+    return rows
+
+
+def sweep_markdown(rows: list[SweepRow]) -> str:
+    """The sweep as a Markdown table: per budget, the optimal plan and each heuristic that fits."""
+    head = ("| budget | policy | activation peak | saved | saved bytes | recompute flops | recomputed ops | block calls "
+            "| proven optimal | solve s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if r.policy != "optimal" and not r.fits:
+            continue
+        if r.peak_bytes is None:
+            lines.append(f"| {human_bytes(r.budget)} | {r.policy} | - | | | | | | | {r.note} |")
+            continue
+        opt = "" if r.optimal is None else ("yes" if r.optimal else "no")
+        lines.append(f"| {human_bytes(r.budget)} | {r.policy} | {human_bytes(r.peak_bytes)} | {r.saved_count} | "
+                     f"{human_bytes(r.saved_bytes)} | {r.recompute_flops:,} | {r.recomputed_ops} | {r.block_calls} | {opt} | "
+                     f"{'' if r.solve_s is None else f'{r.solve_s:.2f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def curve_markdown(rows: list[SweepRow]) -> str:
+    """The trade-off curve: per budget, the optimal plan's recompute flops against the cheapest
+    heuristic within the budget."""
+    lines = ["| budget | optimal: peak | optimal: recompute flops | proven | cheapest heuristic within budget | its flops |",
+             "|---|---|---|---|---|---|"]
+    for b in dict.fromkeys(r.budget for r in rows):
+        at = [r for r in rows if r.budget == b]
+        opt = next(r for r in at if r.policy == "optimal")
+        fit = [r for r in at if r.policy != "optimal" and r.fits]
+        h = min(fit, key=lambda r: (r.recompute_flops, r.peak_bytes), default=None)
+        o = ("-", f"({opt.note})", "") if opt.peak_bytes is None else (
+            human_bytes(opt.peak_bytes), f"{opt.recompute_flops:,}", "yes" if opt.optimal else "no")
+        lines.append(f"| {human_bytes(b)} | {o[0]} | {o[1]} | {o[2]} | {h.policy if h else '(none fits)'} | "
+                     f"{f'{h.recompute_flops:,}' if h else '-'} |")
+    return "\n".join(lines) + "\n"
