@@ -29,6 +29,7 @@ from gradir.passes.mincut import plan_mincut  # noqa: E402
 from gradir.passes.remat import evaluate, plan_remat  # noqa: E402
 from gradir.passes.report import human_bytes  # noqa: E402
 from gradir.passes.revolve import block_calls, revolve_steps  # noqa: E402
+from gradir.viz import tradeoff_curve  # noqa: E402
 
 OUT = pathlib.Path(__file__).with_name("remat.md")
 SLOT = 32 * 256 * 4  # one f32[32,256] activation
@@ -108,6 +109,7 @@ def main():
     sweep_s = time.perf_counter() - t0
     curve = milp.curve_markdown(rows)
     print(curve)
+    plot = tradeoff_curve(rows, OUT.with_name("remat_tradeoff.svg"), "twelve residual blocks: memory vs recompute")
     kept = fig["optimal"].saved_count
     revolve = revolve_table(12, kept)
     print(revolve)
@@ -142,6 +144,8 @@ mincut keeps the fewest bytes (0: x and the weights are inputs, so it recomputes
 says nothing about the peak: it peaks like none. With matmuls forbidden it keeps the 24 tensors none keeps.
 
 ## Budget sweep: the memory/recompute trade-off ({sweep_s:.1f} s for {len(budgets)} budgets)
+
+![the trade-off curve]({plot.name})
 
 {curve}
 Every row of the sweep: each heuristic within the budget, and the optimal plan.

@@ -295,6 +295,7 @@ def test_twelve_blocks_at_the_uniform_six_peak(twelve):
     assert got.peak_bytes <= uniform.peak_bytes
     assert got.recompute_flops == uniform.recompute_flops
     assert got.block_calls < uniform.block_calls  # the tie-break: fewer blocks run twice
+    assert got.recomputed_ops < uniform.recomputed_ops  # and fewer ops recomputed, at the proven-least flops
 
 
 def test_sweep_optimal_is_never_beaten_by_a_heuristic(twelve):

@@ -587,3 +587,20 @@ def test_notebook_display_hooks_on_graphs_traces_and_reports():
     assert len([t for t in titles if not t.startswith("legend")]) == len(j.forward.all_values())
     assert "<svg" in j._repr_svg_() and "saved" in j._repr_html_()
     assert "<table" in j.saved._repr_html_() or "<pre" in j.saved._repr_html_()
+
+
+def test_tradeoff_curve_plots_heuristics_and_the_optimal_steps(tmp_path):
+    import xml.etree.ElementTree as ET
+    from types import SimpleNamespace as Row
+
+    from gradir.viz import tradeoff_curve
+
+    rows = [Row(policy="none", budget=800, peak_bytes=800, recompute_flops=0),
+            Row(policy="uniform-2", budget=800, peak_bytes=480, recompute_flops=46),
+            Row(policy="optimal", budget=480, peak_bytes=480, recompute_flops=46),
+            Row(policy="optimal", budget=400, peak_bytes=400, recompute_flops=55),
+            Row(policy="optimal", budget=100, peak_bytes=None, recompute_flops=None)]  # infeasible: skipped
+    path = tradeoff_curve(rows, tmp_path / "curve.svg")
+    text = path.read_text()
+    ET.fromstring(text)
+    assert "uniform-2" in text and "none" in text and "optimal (MILP)" in text

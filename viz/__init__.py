@@ -21,9 +21,9 @@ from gradir.viz.graphs import (
     values_and_grads,
 )
 from gradir.viz.notebook import diagram_of, html_of, svg_of
-from gradir.viz.plots import memory_timeline, memory_timeline_bytes
+from gradir.viz.plots import memory_timeline, memory_timeline_bytes, tradeoff_curve
 from gradir.viz.report import Written, memory_plans, write_report
 
 __all__ = ["LARGE_GRAPH", "Written", "diagram_of", "dot_available", "graph_diagram", "html_of", "is_large",
            "joint_diagram", "memory_plans", "memory_timeline", "memory_timeline_bytes", "overview_diagram",
-           "render_svg", "scope_diagrams", "svg_of", "value_diagram", "values_and_grads", "write_report"]
+           "render_svg", "scope_diagrams", "svg_of", "tradeoff_curve", "value_diagram", "values_and_grads", "write_report"]

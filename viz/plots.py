@@ -130,3 +130,42 @@ def memory_timeline(plans: dict, path: str | os.PathLike, title: str | None = No
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "svg"
     return write_atomic(path, memory_timeline_bytes(plans, fmt, title))
+
+
+def tradeoff_curve(rows, path: str | os.PathLike, title: str | None = None) -> Path:
+    """The memory/recompute trade-off: each heuristic plan as a point (its activation peak, its
+    recompute flops) and the optimal plan per budget as a step curve. `rows` are objects with
+    `policy`, `budget`, `peak_bytes` and `recompute_flops` (gradir.passes.milp.SweepRow). Writes
+    SVG, PNG or PDF by the path's extension, atomically."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "svg"
+    if fmt not in FORMATS:
+        raise GradirError(f"unknown plot format {fmt!r} (have: {', '.join(FORMATS)})", op="tradeoff_curve")
+    done = [r for r in rows if r.peak_bytes is not None and r.recompute_flops is not None]
+    optimal = sorted({(r.budget, r.recompute_flops) for r in done if r.policy == "optimal"})
+    points: dict[tuple, list[str]] = {}  # plans at the same point share one label
+    for r in done:
+        if r.policy != "optimal":
+            names = points.setdefault((r.peak_bytes, r.recompute_flops), [])
+            if r.policy not in names:
+                names.append(r.policy)
+    with rc_context({"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}):
+        fig = Figure(figsize=(6.5, 4.0), layout="constrained")
+        ax = fig.add_subplot()
+        if optimal:
+            ax.step([b for b, _ in optimal], [f for _, f in optimal], where="post", color="#1f6feb",
+                    label="optimal (MILP) within the budget")
+        for (peak, flops), names in sorted(points.items()):
+            ax.plot([peak], [flops], "o", color="#d97706")
+            ax.annotate(", ".join(names), (peak, flops), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                        ha="right" if peak > 0.8 * max(p for p, _ in points) else "left")
+        ax.plot([], [], "o", color="#d97706", label="heuristic plans (at their own peak)")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(int(v))))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e6:.0f}M"))
+        ax.set_xlabel("activation peak / memory budget")
+        ax.set_ylabel("recompute flops")
+        ax.legend(loc="center right")
+        ax.set_title(title or "memory / recompute trade-off")
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None, dpi=110)
+    return write_atomic(path, buf.getvalue())
