@@ -19,6 +19,9 @@ Run: python examples/e_saved_tensors_and_memory.py
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+
 import numpy as np
 
 import gradir as gr
@@ -26,6 +29,7 @@ from gradir.passes.report import human_bytes
 from gradir.rules import explain, vjp_reads, vjp_reads_by_operand
 
 WIDTH, BATCH, BLOCKS = 256, 32, 12
+MODELS = pathlib.Path(__file__).resolve().parent / "models"
 
 
 def rule_table() -> dict[str, str]:
@@ -43,18 +47,11 @@ def rule_table() -> dict[str, str]:
 
 
 def residual_blocks(blocks=BLOCKS, width=WIDTH, batch=BATCH, seed=0):
-    rng = np.random.default_rng(seed)
-    f = np.float32
-    params = [{"W1": (rng.standard_normal((width, width)) / width ** 0.5).astype(f), "b1": np.zeros(width, f),
-               "W2": (rng.standard_normal((width, width)) / width ** 0.5).astype(f), "b2": np.zeros(width, f)}
-              for _ in range(blocks)]
-    x = rng.standard_normal((batch, width)).astype(f)
-
-    def loss(params, x):
-        for p in params:
-            x = x + gr.relu(x @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
-        return gr.mean(x * x)
-    return loss, params, x
+    """The twelve-block model of examples/models/residual_blocks.py."""
+    spec = importlib.util.spec_from_file_location("residual_blocks", MODELS / "residual_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.residual_blocks(blocks, width, batch, seed)
 
 
 def attention_layer(T=1024, heads=12, d=64, seed=0):

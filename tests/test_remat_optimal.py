@@ -9,8 +9,10 @@ against a dynamic program and a simulation of the schedule.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -51,21 +53,15 @@ def residual(blocks=2, width=3, hidden=5, batch=4, dtype=np.float64, seed=0):
     return loss, torch_loss, ws, x
 
 
-def mlp_blocks(blocks=12, width=256, batch=32, seed=0):
-    """TEACHING.md E's model: x + relu(x @ W1 + b1) @ W2 + b2 per block (float32), blocks as scopes."""
-    rng = np.random.default_rng(seed)
-    f = np.float32
-    params = [{"W1": (rng.standard_normal((width, width)) / width ** 0.5).astype(f), "b1": np.zeros(width, f),
-               "W2": (rng.standard_normal((width, width)) / width ** 0.5).astype(f), "b2": np.zeros(width, f)}
-              for _ in range(blocks)]
-    x = rng.standard_normal((batch, width)).astype(f)
+_spec = importlib.util.spec_from_file_location(
+    "residual_blocks", pathlib.Path(__file__).resolve().parents[1] / "examples" / "models" / "residual_blocks.py")
+_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_models)
 
-    def loss(params, x):
-        for k, p in enumerate(params):
-            with gr.scope(f"block{k}"):
-                x = x + gr.relu(x @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
-        return gr.mean(x * x)
-    return loss, params, x
+
+def mlp_blocks(blocks=12, width=256, batch=32, seed=0):
+    """TEACHING.md E's model (examples/models/residual_blocks.py) at the given size."""
+    return _models.residual_blocks(blocks, width, batch, seed)
 
 
 @pytest.fixture(scope="module")

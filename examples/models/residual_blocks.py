@@ -1,9 +1,11 @@
 """TEACHING.md E: twelve residual MLP blocks (width 256, batch 32, float32), each a gr.scope.
 
     gradir trace examples/models/residual_blocks.py --viz --out out/e
-    gradir memory examples/models/residual_blocks.py --remat uniform
+    gradir memory examples/models/residual_blocks.py --remat uniform --segments 6
 
-Each block is x + relu(x @ W1 + b1) @ W2 + b2; diagrams group the nodes by block.
+Each block is x + relu(x @ W1 + b1) @ W2 + b2; the loss is mean(x*x); diagrams group the nodes by
+block. `residual_blocks(...)` builds the same model at other sizes (the examples, tests and
+benchmarks of recompute planning use it).
 """
 
 import numpy as np
@@ -20,10 +22,15 @@ def loss(params, x):
     return gr.mean(x * x)
 
 
+def residual_blocks(blocks=BLOCKS, width=WIDTH, batch=BATCH, seed=0, dtype=np.float32):
+    """(loss, params, x): `blocks` blocks of `width`, a batch of `batch` rows, fixed seed."""
+    rng = np.random.default_rng(seed)
+    params = [{"W1": (rng.standard_normal((width, width)) / width ** 0.5).astype(dtype), "b1": np.zeros(width, dtype),
+               "W2": (rng.standard_normal((width, width)) / width ** 0.5).astype(dtype), "b2": np.zeros(width, dtype)}
+              for _ in range(blocks)]
+    return loss, params, rng.standard_normal((batch, width)).astype(dtype)
+
+
 def example_inputs():
-    rng = np.random.default_rng(0)
-    f = np.float32
-    params = [{"W1": (rng.standard_normal((WIDTH, WIDTH)) / WIDTH ** 0.5).astype(f), "b1": np.zeros(WIDTH, f),
-               "W2": (rng.standard_normal((WIDTH, WIDTH)) / WIDTH ** 0.5).astype(f), "b2": np.zeros(WIDTH, f)}
-              for _ in range(BLOCKS)]
-    return {"args": (params, rng.standard_normal((BATCH, WIDTH)).astype(f)), "argnums": (0,)}
+    _, params, x = residual_blocks()
+    return {"args": (params, x), "argnums": (0,)}
