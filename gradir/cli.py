@@ -378,12 +378,7 @@ def _trace_grad(t: Target, file: str, policy: str, remat: Remat | None = None):
     with _user_code(file):
         if remat is None:
             return gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy)
-        try:
-            j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy, **remat.keywords())
-        except ImportError as e:  # a planner this version does not ship (yet)
-            if not (e.name or "").startswith("gradir."):
-                raise
-            raise CLIError(f"--remat {remat.policy} is not available in this version ({e})") from None
+        j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy, **remat.keywords())
         j.remat  # noqa: B018 - plan and measure here, so a planning failure is reported like any other
         return j
 
@@ -537,10 +532,7 @@ def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
           forward_mode: Annotated[bool, typer.Option("--fwd", help="Also check forward mode (one jvp per coordinate).")] = False):
     """Check FILE's gradients coordinate by coordinate against central differences, in float64."""
-    try:
-        checks = importlib.import_module("gradir.checks")
-    except ModuleNotFoundError:
-        _fail(CLIError("gradir.checks is not available in this version; nothing was checked", EXIT_FAILED))
+    checks = gr.checks
     try:
         t = load_target(file, fn, argnums)
         args = tuple(tree_map(_as_float64, a) for a in t.args)  # float32 differences are too coarse to judge

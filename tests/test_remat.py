@@ -7,7 +7,6 @@ against PyTorch in float64. Report figures are derived by hand on small scoped c
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import pathlib
@@ -28,17 +27,6 @@ from gradir.errors import GradirError
 from gradir.passes.partition import RECOMPUTE, forward_values
 from gradir.passes.remat import blocks, in_checkpoint
 
-
-def _planner(module: str, function: str) -> bool:
-    """Whether this version ships a planner (mincut and the MILP are written separately)."""
-    try:
-        return hasattr(importlib.import_module(f"gradir.passes.{module}"), function)
-    except ImportError:
-        return False
-
-
-HAVE_MINCUT = _planner("mincut", "plan_mincut")
-HAVE_MILP = _planner("milp", "plan_optimal")
 EXAMPLES = int(os.environ.get("GRADIR_REMAT_EXAMPLES", 40))  # more for a longer search
 
 try:
@@ -136,11 +124,8 @@ def torch_grads(steps, groups, kinds, xs):
 
 def plans(budget: int) -> list[tuple[str, dict]]:
     out = [("none", {}), ("uniform", {}), ("uniform", {"segments": 1}), ("uniform", {"segments": 2}),
-           ("uniform", {"segments": 3}), ("selective", {}), ("selective", {"keep_ops": ("tanh", "multiply")})]
-    if HAVE_MINCUT:
-        out += [("mincut", {}), ("mincut", {"forbid": ("matmul", "tanh")})]
-    if HAVE_MILP:
-        out.append(("optimal", {"memory_budget": budget}))
+           ("uniform", {"segments": 3}), ("selective", {}), ("selective", {"keep_ops": ("tanh", "multiply")}),
+           ("mincut", {}), ("mincut", {"forbid": ("matmul", "tanh")}), ("optimal", {"memory_budget": budget})]
     return out
 
 
@@ -203,11 +188,11 @@ def test_every_plan_gives_the_unplanned_gradients_bitwise(program, seed):
     # the gr.grad path and compiled code, with checkpoint regions and under each policy
     want = gr.grad(plain, argnums=argnums)(*xs)
     assert_bitwise(gr.grad(f, argnums=argnums)(*xs), want)
-    policies = ["none", "selective"] + ["uniform"] * bool(blocks(reference.joint)) + ["mincut"] * HAVE_MINCUT
+    policies = ["none", "selective"] + ["uniform"] * bool(blocks(reference.joint)) + ["mincut"]
     for policy in policies:
         assert_bitwise(gr.compile(gr.grad(f, argnums=argnums), remat=policy)(*xs), want)
-    if HAVE_MILP:  # a budget alone asks for the optimal plan
-        assert_bitwise(gr.compile(gr.grad(f, argnums=argnums), memory_budget=budget)(*xs), want)
+    # a budget alone asks for the optimal plan
+    assert_bitwise(gr.compile(gr.grad(f, argnums=argnums), memory_budget=budget)(*xs), want)
 
 
 # -- reports by hand -----------------------------------------------------------------------------------
@@ -301,7 +286,6 @@ def test_unknown_policy_is_a_gradir_error():
         gr.compile(lambda x: x, remat="sometimes")
 
 
-@pytest.mark.skipif(not HAVE_MILP, reason="gradir.passes.milp (the optimal policy) is not in this version yet")
 def test_optimal_below_the_smallest_feasible_peak_is_a_clear_error():
     with pytest.raises(GradirError) as e:
         gr.trace_grad(sin_chain(6), X5, remat="optimal", memory_budget=1)
@@ -405,7 +389,6 @@ def test_budget_error_is_one_line_with_exit_2(chain_file, monkeypatch):
     assert result.stderr.count("\n") == 1 and "budget 100 B is below the smallest feasible peak (minimum: 160 B)" in result.stderr
 
 
-@pytest.mark.skipif(not HAVE_MILP, reason="gradir.passes.milp (the optimal policy) is not in this version yet")
 def test_memory_budget_below_the_minimum_states_it(chain_file):
     result = _invoke("memory", chain_file, "--remat", "optimal", "--budget", "1")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
