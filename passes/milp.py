@@ -26,11 +26,10 @@ recomputes less); an unkeepable unit with one reader and no backward reader shar
 variables (recomputed exactly with it); with a heuristic plan within budget, groups whose forced
 recompute chain alone costs more are dropped, and cost <= that plan's is a constraint.
 
-Exactness: the model's peak and flops equal `evaluate`'s for any saved set wherever partition's
-depth-first placement inside a group coincides with forward order (every chain of blocks; all
-random programs tried in tests). Where it does not, the model may be off either way, so each
-solution is verified with `evaluate`'s computation: over budget, the model's budget is lowered by
-the excess and it is solved again (the plan then says it is not proven optimal).
+Exactness: partition runs each recompute group in forward order, as the model assumes, so the
+model's peak and flops are `evaluate`'s for any saved set. Each solution is still verified with
+`evaluate`'s computation, as a guard: over budget, the model's budget would be lowered by the excess
+and it solved again (the plan then says it is not proven optimal).
 
 Fallback: beyond `max_vars` recompute variables (about 30 blocks of TEACHING.md E's model; 24 are
 solved to proven optimality in ~15 s, 12 in ~2 s),
