@@ -1,0 +1,153 @@
+"""G. Depth and number formats: how gradients shrink through deep chains, and what float16 /
+bfloat16 can and cannot hold.
+
+Chains.  A chain of depth D starts at the input v_0 = x = 0.5 and applies the same layer D times,
+
+    v_{k+1} = tanh(w * v_k)   (or relu(w * v_k)),      L = v_D,
+
+and dL/dx is taken with `gr.grad` through the whole chain (chain rule: the product of the
+per-layer factors w * (1 - v_{k+1}^2)). With w = 1 the factors sit a little below 1 and the gradient
+decays slowly; with w = 3 the activations saturate and it vanishes geometrically. A ReLU chain on a
+positive input has the factor exactly w: w = 1 keeps 1 at every depth, w = 1.2 gives 1.2^D.
+
+Number formats.  A gradient of value g "computed in float16" is the gradient of
+`astype(astype(w16, float32) * g, float16)` with respect to the float16 weight w16: the backward of
+the final cast rounds g to float16, exactly where a mixed-precision backward would. Loss scaling
+multiplies g by S before that rounding and divides by S afterwards in float32. The dynamic scaler
+used here: start at S = 65536; each step, scale every gradient and round to float16; if any is inf,
+skip the step and halve S; otherwise keep S (growth, e.g. doubling after 2000 good steps, never
+triggers in this demonstration). Weight updates: the pure-float16 weight adds float16(0.0003) each
+step and rounds to float16 (below half the gap 2^-10 above 1, so nothing changes); the float32 master
+copy adds the update computed in float32 (float32(0.0003)) and rounds to float32. bfloat16 has
+float32's exponent range (so tiny values survive) but only 8 bits of mantissa (gap 2^-7 above 1).
+
+Adam memory.  Parameters, gradients and Adam's two moments, all float32: 4 x 4 = 16 bytes per
+parameter, counted here from the inputs of a traced Adam step.
+
+Run:  python examples/g_depth_and_number_formats.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import gradir as gr
+
+X0 = 0.5
+TANH_DEPTHS = {1.0: (1, 10, 50, 100), 3.0: (5, 10, 20, 30)}
+RELU_DEPTHS = (1, 10, 50)
+FP16_VALUES = (1e-4, 1e-6, 1e-7, 1e-8)
+SCALE = 65536.0
+GPT2_PARAMS = 124_439_808
+
+
+def chain(act, w: float, depth: int):
+    """x -> v_depth with v_{k+1} = act(w * v_k), v_0 = x."""
+    def f(x):
+        v = x
+        for _ in range(depth):
+            v = act(w * v)
+        return v
+    return f
+
+
+def fp16_gradient(g: float, scale: float = 1.0) -> float:
+    """The gradient g * scale as a float16 backward produces it (rounded by the cast's VJP)."""
+    loss = lambda w16: gr.astype(gr.astype(w16, gr.float32) * (g * scale), gr.float16)
+    out = gr.grad(loss)(np.float16(1.0))
+    assert out.dtype == np.float16
+    return float(out)
+
+
+def dynamic_scale(grads, scale: float = SCALE, steps: int = 10) -> tuple[float, list[float]]:
+    """Run the halve-on-overflow scaler for `steps` steps; (final scale, scale used at each step)."""
+    history = []
+    for _ in range(steps):
+        history.append(scale)
+        if any(np.isinf(fp16_gradient(g, scale)) for g in grads):
+            scale /= 2.0
+    return scale, history
+
+
+def accumulate(steps: int = 2000, update: float = 0.0003) -> tuple[float, float]:
+    """(pure float16 weight, float32 master weight) after `steps` additions of `update` to 1.0."""
+    w16 = gr.astype(np.float32(1.0), gr.float16)
+    u16 = gr.astype(np.float32(update), gr.float16)
+    master = np.float32(1.0)
+    for _ in range(steps):
+        w16 = gr.astype(gr.add(w16, u16), gr.float16)
+        master = np.float32(master + np.float32(update))
+    return float(w16), float(master)
+
+
+def adam_step(p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    """One Adam update (bias correction omitted): new parameters and moments."""
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    return p - lr * m / (gr.sqrt(v) + eps), m, v
+
+
+def adam_state_bytes(n: int = 1000) -> int:
+    """Bytes of a traced float32 Adam step's inputs (parameters, gradients, two moments)."""
+    graph = gr.trace(adam_step, *[np.zeros(n, np.float32) for _ in range(4)])
+    return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in graph.inputs))
+
+
+def main(verbose: bool = True) -> dict:
+    say = print if verbose else (lambda *a, **k: None)
+    out: dict = {}
+
+    say("tanh chains v_{k+1} = tanh(w v_k), v_0 = 0.5, L = v_D; dL/dv_0 by gr.grad:")
+    tanh = {}
+    for w, depths in TANH_DEPTHS.items():
+        for d in depths:
+            tanh[(w, d)] = float(gr.grad(chain(gr.tanh, w, d))(X0))
+            say(f"  w={w:g} depth {d:3d}: dL/dx = {tanh[(w, d)]:.3e}")
+    out["tanh"] = tanh
+
+    relu = {}
+    for w in (1.0, 1.2):
+        for d in RELU_DEPTHS:
+            relu[(w, d)] = float(gr.grad(chain(gr.relu, w, d))(X0))
+            say(f"  relu w={w:g} depth {d:3d}: dL/dx = {relu[(w, d)]:.6g}  (w^depth = {w ** d:.6g})")
+    out["relu"] = relu
+
+    say("float16 rounding of a gradient (through the float16 cast's VJP):")
+    fp16 = {x: fp16_gradient(x) for x in FP16_VALUES}
+    for x, r in fp16.items():
+        say(f"  {x:g} -> {r:.3e}")
+    out["fp16"] = fp16
+
+    scaled = fp16_gradient(1e-8, SCALE)
+    out["scaled_1e-8"] = scaled
+    out["recovered_1e-8"] = float(np.float32(scaled) / np.float32(SCALE))
+    out["scaled_1.0"] = fp16_gradient(1.0, SCALE)
+    say(f"loss scale {SCALE:g}: 1e-8 -> {scaled:.4e} in fp16, recovered {out['recovered_1e-8']:.3e}")
+    say(f"loss scale {SCALE:g}: 1.0 -> {out['scaled_1.0']} (float16 max 65504)")
+
+    final, history = dynamic_scale((2.0, 1e-8))
+    out["dynamic_scale"], out["dynamic_history"] = final, history
+    out["dynamic_recovered_1e-8"] = fp16_gradient(1e-8, final) / final
+    say(f"dynamic scaler (halve on overflow) for grads {{2.0, 1e-8}}: {' -> '.join(f'{s:g}' for s in dict.fromkeys(history))}"
+        f", settles at {final:g}; 1e-8 recovered as {out['dynamic_recovered_1e-8']:.3e}")
+
+    w16, master = accumulate()
+    out["pure_fp16_weight"], out["fp32_master_weight"] = w16, master
+    say(f"1.0 + 0.0003 x 2000: pure float16 weight {w16:.4f}, float32 master {master:.4f}")
+
+    bf = {x: float(gr.astype(np.float32(x), gr.bfloat16)) for x in (1e-8, 1e-10)}
+    one = gr.astype(np.float32(1.0), gr.bfloat16)
+    gap = float(np.nextafter(one, gr.astype(np.float32(2.0), gr.bfloat16))) - 1.0
+    out["bf16"], out["bf16_gap"] = bf, gap
+    say(f"bfloat16: 1e-8 -> {bf[1e-8]:.4e}, 1e-10 -> {bf[1e-10]:.4e}, gap above 1 = {gap:.7g}")
+
+    per_param = adam_state_bytes() / 1000
+    gib = GPT2_PARAMS * per_param / 2**30
+    out["adam_bytes_per_param"], out["adam_gib"] = per_param, gib
+    say(f"Adam state (params + grads + m + v, float32): {per_param:g} bytes/parameter; "
+        f"{GPT2_PARAMS:,} parameters -> {gib:.3f} GiB")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Teaching examples G and H: every figure TEACHING.md gives, asserted to its printed precision, plus
+independent oracles (closed-form chain rule, NumPy/ml_dtypes rounding, float64 torch autograd)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(module):
+    """main()'s returned figures and its printed text."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        figures = module.main()
+    return figures, buf.getvalue()
+
+
+def sig(x, expected, digits):
+    """x rounds to `expected` at `digits` significant figures (for figures printed like 8.204e-7)."""
+    scale = 10.0 ** (math.floor(math.log10(abs(expected))) - digits + 1)
+    return abs(x - expected) <= 0.5 * scale
+
+
+# -- G ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def g():
+    return run(load("g_depth_and_number_formats"))
+
+
+def closed_form_tanh_chain(w, depth, x=0.5):
+    """dv_D/dv_0 = prod_k w (1 - v_{k+1}^2), in plain float64."""
+    v, d = x, 1.0
+    for _ in range(depth):
+        v = math.tanh(w * v)
+        d *= w * (1.0 - v * v)
+    return d
+
+
+def test_g_tanh_chains(g):
+    f, text = g
+    expected = {(1.0, 1): 7.864e-1, (1.0, 10): 2.228e-1, (1.0, 50): 3.396e-2, (1.0, 100): 1.306e-2,
+                (3.0, 5): 8.204e-7, (3.0, 10): 2.170e-14, (3.0, 20): 1.518e-29, (3.0, 30): 1.062e-44}
+    for key, value in expected.items():
+        assert sig(f["tanh"][key], value, 4), key
+        assert f["tanh"][key] == pytest.approx(closed_form_tanh_chain(*key), rel=1e-12)
+        assert f"{value:.3e}" in text
+
+
+def test_g_relu_chains(g):
+    f, _ = g
+    for (w, d), value in f["relu"].items():
+        assert value == pytest.approx(w ** d, rel=1e-12)
+        if w == 1.0:
+            assert value == 1.0
+
+
+def test_g_fp16_rounding(g):
+    f, text = g
+    expected = {1e-4: 1.000e-4, 1e-6: 1.013e-6, 1e-7: 1.192e-7}
+    for x, value in expected.items():
+        assert sig(f["fp16"][x], value, 4)
+        assert f["fp16"][x] == float(np.float16(x))
+    assert f["fp16"][1e-8] == 0.0
+    for figure in ("1.000e-04", "1.013e-06", "1.192e-07"):
+        assert figure in text
+
+
+def test_g_loss_scaling(g):
+    f, text = g
+    assert sig(f["recovered_1e-8"], 9.997e-9, 4)
+    assert f["scaled_1e-8"] == float(np.float16(1e-8 * 65536))
+    assert math.isinf(f["scaled_1.0"])
+    assert f["dynamic_scale"] == 16384.0
+    assert f["dynamic_history"][:3] == [65536.0, 32768.0, 16384.0]
+    # oracle: the first power of two from 65536 down at which 2.0 * scale fits in float16
+    s = 65536.0
+    with np.errstate(over="ignore"):
+        while np.isinf(np.float16(2.0 * s)):
+            s /= 2
+    assert s == f["dynamic_scale"] and f["dynamic_recovered_1e-8"] > 0
+    assert "9.997e-09" in text and "settles at 16384" in text
+
+
+def test_g_accumulation_and_bf16(g):
+    f, text = g
+    assert f["pure_fp16_weight"] == 1.0
+    assert abs(f["fp32_master_weight"] - 1.6001) < 5e-5
+    assert "float32 master 1.6001" in text
+    for x in (1e-8, 1e-10):
+        assert f["bf16"][x] == float(ml_dtypes.bfloat16(x)) and f["bf16"][x] == pytest.approx(x, rel=1e-2)
+    assert f["bf16_gap"] == 7.8125e-3 == 2.0 ** -7
+    assert "0.0078125" in text
+
+
+def test_g_adam_memory(g):
+    f, text = g
+    assert f["adam_bytes_per_param"] == 16
+    assert round(f["adam_gib"], 3) == 1.854 == round(124_439_808 * 4 * 4 / 2**30, 3)
+    assert "1.854 GiB" in text
+
+
+# -- H ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def h():
+    return run(load("h_convolutions"))
+
+
+def test_h_output_sizes(h):
+    f, text = h
+    assert f["size_32_3_1_1_2"] == 16
+    for n, k, p, d, s, formula, oh, ow in f["sizes"]:
+        ref = F.conv2d(torch.zeros(1, 1, n, n), torch.zeros(1, 1, k, k), padding=p, dilation=d, stride=s).shape[2]
+        assert formula == oh == ow == ref
+    assert "formula 16, conv2d output 16x16" in text
+
+
+def test_h_parameter_count(h):
+    f, text = h
+    assert f["param_counts"] == {"conv1": 224, "conv2": 1168, "linear": 170}
+    assert f["total_params"] == 1562
+    assert "224 + 1,168 + 170 = 1,562" in text
+
+
+def test_h_cnn_gradients_vs_torch(h):
+    f, _ = h
+    names = ("x", "conv1_w", "conv1_b", "conv2_w", "conv2_b", "fc_w", "fc_b")
+    ts = {"x": torch.tensor(f["x"], requires_grad=True)}
+    ts.update({k: torch.tensor(v, requires_grad=True) for k, v in f["params"].items()})
+    hid = F.max_pool2d(F.relu(F.conv2d(ts["x"], ts["conv1_w"], ts["conv1_b"], padding=1)), 2)
+    hid = F.relu(F.conv2d(hid, ts["conv2_w"], ts["conv2_b"], padding=1)).mean(dim=(2, 3))
+    loss = F.cross_entropy(F.linear(hid, ts["fc_w"], ts["fc_b"]), torch.tensor(f["labels"]))
+    loss.backward()
+    assert f["loss"] == pytest.approx(loss.item(), rel=1e-12)
+    for name in names:
+        np.testing.assert_allclose(f["grads"][name], ts[name].grad.numpy(), rtol=1e-9, atol=1e-13, err_msg=name)
+
+
+def test_h_central_differences(h):
+    f, _ = h
+    assert len(f["central"]) == 6
+    for (name, c), numeric in f["central"].items():
+        assert abs(f["grads"][name][c] - numeric) < 1e-8, (name, c)
+
+
+def test_h_pool_backward(h):
+    f, text = h
+    mx, avg = f["max_pool_grad"], f["avg_pool_grad"]
+    assert mx.sum() == 4.0 and mx.max() == 4.0 and np.count_nonzero(mx) == 1 and mx[0, 1] == 4.0
+    np.testing.assert_array_equal(avg, np.ones((2, 2)))
+    window = torch.tensor([[[[1.0, 3.0], [2.0, 0.5]]]], dtype=torch.float64, requires_grad=True)
+    for pool, ours in ((F.max_pool2d, mx), (F.avg_pool2d, avg)):
+        (grad,) = torch.autograd.grad(pool(window, 2), window, torch.full((1, 1, 1, 1), 4.0, dtype=torch.float64))
+        np.testing.assert_array_equal(ours, grad[0, 0].numpy())
+    assert "[[0.0, 4.0], [0.0, 0.0]]" in text and "[[1.0, 1.0], [1.0, 1.0]]" in text
