@@ -157,6 +157,7 @@ class CompiledGraph:
     """A graph compiled to a Python function; call it with the graph's inputs (flat list)."""
 
     def __init__(self, graph: Graph, check: bool = False, order: list[Value] | None = None, meter=None):
+        graph = _primitives_only(graph)
         self.graph = graph
         self.source, consts = generate_source(graph, check=check, order=order, meter=meter is not None)
         namespace = numpy_namespace() | {"bfloat16": dtypes.bfloat16, "_check": _check, "_meter": meter} | consts
@@ -239,8 +240,16 @@ def measure_memory(graph: Graph, args: list, order: list[Value] | None = None) -
     return MeasuredRun(list(outputs), live, max(live.values(), default=0))
 
 
+def _primitives_only(graph: Graph) -> Graph:
+    """`graph` with composite ops (gr.nn's fused-VJP ops) replaced by their primitives."""
+    from gradir.passes import lower_composites
+
+    return lower_composites(graph)
+
+
 def run(graph: Graph, args: list) -> list:
     """Interpret `graph` on NumPy arrays, node by node (no code generation)."""
+    graph = _primitives_only(graph)
     env: dict[Value, Any] = dict(zip(graph.inputs, args))
     with np.errstate(all="ignore"):
         for n in graph.nodes:

@@ -329,7 +329,9 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           full: Annotated[bool, typer.Option("--full", help="Print large constants in full (so the IR parses back).")] = False,
           remat: Annotated[str | None, typer.Option("--remat", help=REMAT_HELP)] = None,
           budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
-          segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None):
+          segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None,
+          passes: Annotated[bool, typer.Option("--passes", help="Also print the graph after every pass, from the "
+                                                             "trace through autodiff and each cleanup pass.")] = False):
     """Trace FILE's function, differentiate it, and print the forward and backward IR
     (partitioned under the recompute plan --remat chooses, if any)."""
     console = _console()
@@ -339,16 +341,24 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
         j = _trace_grad(t, file, policy, plan)
     except CLIError as e:
         _fail(e)
+    if passes:
+        from gradir.passes import autodiff_pipeline
+
+        for name, graph in autodiff_pipeline(j.graph, list(j.wrt)):
+            _print_ir(console, f"after {name}: {len(graph.nodes)} nodes", graph, full)
     _print_ir(console, f"forward: {t.fn.__name__}'s inputs -> result + values saved for backward", j.forward, full)
     _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full)
     _summary(console, t, j)
     _plan_summary(console, j, plan)
-    if out is not None:
-        for part, graph in (("forward", j.forward), ("backward", j.backward)):
-            path = write_atomic(out / f"{t.fn.__name__}.{part}.ir", graph.to_text(full=True) + "\n")
-            console.print(f"wrote {path}", markup=False, highlight=False)
-    if viz:
-        _render(console, j, (out or Path(VIZ_DIR)) / t.fn.__name__)
+    try:
+        if out is not None:
+            for part, graph in (("forward", j.forward), ("backward", j.backward)):
+                path = write_atomic(out / f"{t.fn.__name__}.{part}.ir", graph.to_text(full=True) + "\n")
+                console.print(f"wrote {path}", markup=False, highlight=False)
+        if viz:
+            _render(console, j, (out or Path(VIZ_DIR)) / t.fn.__name__)
+    except OSError as e:
+        _fail(CLIError(f"cannot write into {out or VIZ_DIR}: {e.strerror or e}"))
 
 
 VIZ_DIR = "gradir_out"

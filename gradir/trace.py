@@ -24,6 +24,9 @@ _SOURCE_OVERRIDE: list[tuple[str | None, tuple | None]] = []  # set while a pass
 _SCOPES: list[str] = []  # gr.scope / gr.checkpoint regions the user's code is inside
 
 
+_NOT_USER_CODE = frozenset({"gradir", "click", "typer"})  # gradir itself, and what runs its command line
+
+
 def user_source(depth: int = 1) -> str | None:
     """`file.py:LINE` of the innermost frame outside gradir's own modules."""
     if _SOURCE_OVERRIDE:
@@ -31,7 +34,7 @@ def user_source(depth: int = 1) -> str | None:
     f = sys._getframe(depth)
     while f is not None:
         mod = f.f_globals.get("__name__", "")
-        if not (mod == "gradir" or mod.startswith("gradir.")):
+        if mod.split(".")[0] not in _NOT_USER_CODE:
             return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
         f = f.f_back
     return None

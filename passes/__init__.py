@@ -28,5 +28,13 @@ def run_pipeline(graph: Graph, pipeline=None, verify: bool = True, record: list 
     return graph
 
 
-__all__ = ["Partition", "cleanup", "cse", "dce", "joint_graph", "jvp_graph", "lower_composites", "needs_grad",
-           "partition", "run_pipeline", "simplify"]
+def autodiff_pipeline(graph: Graph, wrt: list[int] | None = None) -> list[tuple[str, Graph]]:
+    """Every step from a traced function to the cleaned joint forward+backward graph, as (name,
+    graph) pairs: the trace, autodiff's joint graph, then the graph after each cleanup pass."""
+    steps = [("trace", graph), ("autodiff", joint_graph(graph, wrt).verify())]
+    run_pipeline(steps[-1][1], record=steps)
+    return steps
+
+
+__all__ = ["Partition", "autodiff_pipeline", "cleanup", "cse", "dce", "joint_graph", "jvp_graph", "lower_composites",
+           "needs_grad", "partition", "run_pipeline", "simplify"]

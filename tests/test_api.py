@@ -95,3 +95,13 @@ def test_generated_code_equals_interpreter_on_random_joint_graphs(program):
     args = xs + [np.ones(())]
     for a, b in zip(compile_graph(joint, check=True)(*args), run(joint, args)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_backends_run_graphs_with_composite_ops_directly():
+    rng = np.random.default_rng(4)
+    z, y = rng.standard_normal((3, 4)), np.array([0, 3, 1])
+    g = gr.trace(lambda z: gr.nn.cross_entropy(z, y), z)
+    assert any(n.op == "cross_entropy" for n in g.nodes)  # the fused op is in the traced graph
+    expected = torch.nn.functional.cross_entropy(torch.tensor(z), torch.tensor(y)).item()
+    np.testing.assert_allclose(run(g, [z])[0], expected, rtol=1e-14)
+    np.testing.assert_allclose(compile_graph(g)(z)[0], expected, rtol=1e-14)

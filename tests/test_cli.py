@@ -350,3 +350,20 @@ def test_trace_viz_without_dot_still_writes_sources_and_says_how_to_install(tmp_
     assert (tmp_path / "loss.joint.dot").exists() and (tmp_path / "loss.html").exists()
     assert not (tmp_path / "loss.joint.svg").exists()
     assert "apt-get install graphviz" in result.stderr
+
+
+def test_trace_passes_prints_the_graph_after_every_pass():
+    result = _trace(str(TANH), "--passes")
+    texts = GRAPH.findall(result.stdout)
+    names = re.findall(r"after (\w+): \d+ nodes", result.stdout)
+    assert names == ["trace", "autodiff", "lower_composites", "simplify", "cse", "dce"]
+    assert len(texts) == len(names) + 2  # then the forward and backward programs
+    graphs = [gr.Graph.parse(t).verify() for t in texts]
+    tanh = _import(TANH, "cli_tanh_passes")
+    assert str(graphs[0]) == str(gr.trace(tanh.loss, *tanh.example_inputs()))
+    assert str(graphs[len(names) - 1]) == str(gr.trace_grad(tanh.loss, *tanh.example_inputs(), argnums=(0, 1)).joint)
+
+
+def test_trace_out_into_an_unwritable_place_is_a_one_line_error():
+    result = runner.invoke(app, ["trace", str(TANH), "--out", "/proc/gradir-cannot-write-here"])
+    assert result.exit_code == 2 and "cannot write into" in result.stderr and "Traceback" not in result.stderr

@@ -44,7 +44,10 @@ register(Primitive("reshape", ("x",), _reshape_infer, "np.reshape(x, shape)",
 def reshape(x, shape):
     """numpy.reshape, one dimension may be -1."""
     x = lift(x)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape) if isinstance(shape, (tuple, list)) else None
+    if shape is None or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
+        raise ShapeError("the new shape must be an int or a tuple of ints", op="reshape", source=user_source())
+    shape = tuple(int(s) for s in shape)
     if shape.count(-1) > 1:
         raise ShapeError("only one dimension may be -1", op="reshape", source=user_source())
     if -1 in shape:
