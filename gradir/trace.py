@@ -167,11 +167,14 @@ def constant(x, dtype=None) -> Any:
 def abstract_dtype(x) -> np.dtype:
     """The dtype an argument traces as (Python float -> f64, int -> i64, bool -> bool)."""
     if isinstance(x, (Value, np.ndarray, np.generic)):
-        return dtypes.as_dtype(x.dtype)
+        try:
+            return dtypes.as_dtype(x.dtype)
+        except GradirError as e:
+            raise _located(e, "trace") from None
     if isinstance(x, (bool, int, float, complex)):
         return dtypes.weak_dtype(x, None)
     raise TraceError(f"cannot trace an argument of type {type(x).__name__}; pass NumPy arrays, "
-                     "Python scalars, torch tensors or dict/list/tuple of them")
+                     "Python scalars, torch tensors or dict/list/tuple of them", op="trace", source=user_source())
 
 
 def trace_flat(fn, flat_args: list, names: list[str], rebuild, name: str) -> Graph:

@@ -23,9 +23,6 @@ class Layout:
     owner: Value                 # the value whose buffer this one lives in (itself if it owns one)
     strides: tuple[int, ...]     # byte strides
 
-    def is_view_of_another(self, v: Value) -> bool:
-        return self.owner is not v
-
 
 def c_strides(shape, itemsize: int) -> tuple[int, ...]:
     strides, step = [], itemsize

@@ -22,7 +22,9 @@ inputs and parameters.
 
 from __future__ import annotations
 
+import inspect
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from rich.table import Table
@@ -100,6 +102,11 @@ def plan_none(joint: Graph) -> RematPlan:
 
 
 def plan_uniform(joint: Graph, segments: int | None = None) -> RematPlan:
+    if segments is not None and (isinstance(segments, bool) or not isinstance(segments, numbers.Integral) or segments < 1):
+        from gradir.errors import GradirError
+        from gradir.trace import user_source
+
+        raise GradirError(f"segments={segments!r} must be a positive integer", op="remat uniform", source=user_source())
     bl = blocks(joint)
     n = len(bl)
     segments = max(1, min(n, round(math.sqrt(n)) if segments is None else int(segments)))
@@ -131,21 +138,26 @@ def plan_remat(joint: Graph, policy: str | None = "none", memory_budget: int | N
     policy = policy or "none"
     if policy not in POLICIES:
         from gradir.errors import GradirError
+        from gradir.trace import user_source
 
-        raise GradirError(f"unknown recompute policy {policy!r} (have: {', '.join(POLICIES)})", op="remat")
-    if policy == "none":
-        return plan_none(joint)
-    if policy == "uniform":
-        return plan_uniform(joint, **options)
-    if policy == "selective":
-        return plan_selective(joint, **options)
-    if policy == "mincut":
-        from gradir.passes.mincut import plan_mincut
-
-        return plan_mincut(joint, **options)
+        raise GradirError(f"unknown recompute policy {policy!r} (have: {', '.join(POLICIES)})", op="remat",
+                          source=user_source())
     from gradir.passes.milp import plan_optimal
+    from gradir.passes.mincut import plan_mincut
 
-    return plan_optimal(joint, memory_budget=memory_budget, **options)
+    planner = {"none": plan_none, "uniform": plan_uniform, "selective": plan_selective, "mincut": plan_mincut,
+               "optimal": plan_optimal}[policy]
+    accepted = [p for p in list(inspect.signature(planner).parameters)[1:] if p != "memory_budget"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:  # a clear error instead of the planner's bare TypeError
+        from gradir.errors import GradirError
+        from gradir.trace import user_source
+
+        raise GradirError(f"unknown option(s) {', '.join(unknown)} for recompute policy {policy!r} "
+                          f"(accepted: {', '.join(accepted) or 'none'})", op="remat", source=user_source())
+    if policy == "optimal":
+        return plan_optimal(joint, memory_budget=memory_budget, **options)
+    return planner(joint, **options)
 
 
 # -- what a plan costs --------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from gradir.errors import GradirError, VerifyError
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import owners as storage_owners
 from gradir.passes.report import Report, human_bytes, value_name
+from gradir.trace import user_source
 
 POLICIES = ("engine", "memory")
 QUEUE_SHOWN = 8  # ready-queue entries listed per step in reports (the count is always given)
@@ -90,7 +91,8 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
     `owned_inputs`: graph inputs whose memory this program may free after their last use (the
     saved activations a backward program receives)."""
     if policy not in POLICIES:
-        raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="schedule")
+        raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="schedule",
+                          source=user_source())
     owner = storage_owners(graph)
     result = _run(graph, policy, _Buffers(graph, owner, owned_inputs))
     if policy == "memory":
