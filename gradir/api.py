@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from gradir import dtypes
-from gradir.errors import GradirError, NonDifferentiableError, ShapeError, UnsupportedOpError
+from gradir.errors import DTypeError, GradirError, NonDifferentiableError, ShapeError, TraceError, UnsupportedOpError
 from gradir.grad_trace import GradTrace
+from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 from gradir.trace import EagerOperand, abstract_dtype, constant, inline, is_traced, trace_flat, user_source
@@ -54,15 +55,11 @@ class _Args:
                 for path, _ in tree_flatten_with_path(a, params[pos] if pos < len(params) else f"arg{pos}")[0]]
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
 def _as_leaf(leaf):
     if isinstance(leaf, (Value, np.ndarray)):
         return leaf
-    if _is_torch(leaf):
-        return leaf.detach().cpu().numpy()
+    if is_torch(leaf):
+        return torch_to_numpy(leaf)
     if isinstance(leaf, EagerOperand):  # a gr.Tensor: its current data
         return leaf.data
     abstract_dtype(leaf)  # raises a clear error for unsupported leaves
@@ -75,7 +72,7 @@ def _prepare(fn, args) -> _Args:
         leaves, _ = tree_flatten(a)
         ranges.append(range(len(flat), len(flat) + len(leaves)))
         flat.extend(leaves)
-    torch_out = any(_is_torch(x) for x in flat)
+    torch_out = any(is_torch(x) for x in flat)
     flat = [_as_leaf(x) for x in flat]
     _, in_tree = tree_flatten(tuple(args))
     return _Args(fn, tuple(args), flat, in_tree, ranges, torch_out)
@@ -89,15 +86,20 @@ def _finish(values, a: _Args):
     for v in values:
         v = np.asarray(v)
         if a.torch_out:
-            import torch
-
-            out.append(torch.from_numpy(np.array(v)))
+            out.append(numpy_to_torch(v))
         else:
             out.append(v[()] if v.ndim == 0 else v)
     return out
 
 
 def _trace(fn, a: _Args, name: str | None = None) -> Graph:
+    try:
+        inspect.signature(fn).bind(*a.args)
+    except TypeError as e:  # the call itself is wrong: say so at the user's line, not from inside the trace
+        raise TraceError(f"cannot call {getattr(fn, '__name__', fn)!s} with {len(a.args)} positional argument(s): {e}",
+                         op="trace", source=user_source()) from None
+    except ValueError:
+        pass  # no signature to check (a builtin)
     graph = trace_flat(fn, a.flat, a.names, lambda ps: tree_unflatten(a.in_tree, ps),
                        name or getattr(fn, "__name__", "f").replace("<lambda>", "f"))
     graph.in_tree = a.in_tree
@@ -153,16 +155,24 @@ def _wrt(a: _Args, nums, op: str) -> list[int]:
     return wrt
 
 
+def _check_scalar_output(forward: Graph, op: str) -> None:
+    """A gradient needs exactly one output, a real float scalar (as jax.grad)."""
+    if len(forward.outputs) != 1 or forward.outputs[0].shape != ():
+        shapes = ", ".join(o.type_str for o in forward.outputs) or "nothing"
+        raise ShapeError(f"needs a function returning one scalar, got ({shapes}); use gr.vjp for other outputs",
+                         op=op, source=user_source())
+    if not dtypes.is_float(forward.outputs[0].dtype):
+        raise NonDifferentiableError(f"needs a real float scalar output, got {forward.outputs[0].type_str}",
+                                     op=op, source=user_source())
+
+
 def _grad_graph(fn, a: _Args, argnums, op: str):
     """The cleaned graph: primal inputs (+ captures) -> (loss, gradients of the argnums leaves)."""
     from gradir.passes import joint_graph, run_pipeline
 
     nums = _argnums(argnums, len(a.leaf_ranges), op)
     forward = _trace(fn, a)
-    if len(forward.outputs) != 1 or forward.outputs[0].shape != ():
-        shapes = ", ".join(o.type_str for o in forward.outputs)
-        raise ShapeError(f"needs a function returning one scalar, got ({shapes}); use gr.vjp for other outputs",
-                         op=op, source=user_source())
+    _check_scalar_output(forward, op)
     joint = joint_graph(forward, _wrt(a, nums, op))
     seeded = Graph(f"{forward.name}_grad")
     seeded_inputs = [seeded.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in joint.inputs[:-1]]
@@ -271,7 +281,7 @@ def vjp(fn: Callable, *args):
         cts, ct_tree = tree_flatten(cotangent)
         if ct_tree != out_tree:
             raise ShapeError("cotangent structure differs from the output's", op="vjp", source=user_source())
-        cts = [np.asarray(c.detach().cpu().numpy() if _is_torch(c) else c, dtype=o.dtype) if not isinstance(c, Value)
+        cts = [np.asarray(torch_to_numpy(c) if is_torch(c) else c, dtype=o.dtype) if not isinstance(c, Value)
                else c for c, o in zip(cts, forward.outputs)]
         for c, o in zip(cts, forward.outputs):
             if tuple(c.shape) != o.shape:
@@ -290,15 +300,34 @@ def vjp(fn: Callable, *args):
 # -- forward mode ---------------------------------------------------------------------------------
 
 
+def _check_tangents(t_flat: list, a: _Args) -> None:
+    """Each tangent has its primal's shape; a float primal needs a float tangent (as in JAX; it is then
+    cast to the primal's dtype). Python scalars are weakly typed and fit any float primal."""
+    for i, (t, p) in enumerate(zip(t_flat, a.flat)):
+        leaf = _as_leaf(t)
+        if tuple(np.shape(leaf)) != tuple(np.shape(p)):
+            raise ShapeError(f"tangent for {a.names[i]} has shape {tuple(np.shape(leaf))}, the primal "
+                             f"{tuple(np.shape(p))}", op="jvp", source=user_source())
+        pdt = abstract_dtype(p)
+        weak = isinstance(t, (int, float)) and not isinstance(t, bool)
+        if dtypes.is_float(pdt) and not weak and not dtypes.is_float(abstract_dtype(leaf)):
+            raise DTypeError(f"tangent for {a.names[i]} has dtype {dtypes.short(abstract_dtype(leaf))}; a "
+                             f"{dtypes.short(pdt)} primal needs a float tangent", op="jvp", source=user_source())
+
+
 def jvp(fn: Callable, primals: tuple, tangents: tuple):
-    """(out, tangent_out): `fn` at `primals` and its directional derivative along `tangents`."""
+    """(out, tangent_out): `fn` at `primals` and its directional derivative along `tangents`.
+
+    `tangents` mirrors `primals`: same structure and shapes; float primals take float tangents
+    (cast to the primal's dtype). A mismatch raises ShapeError / DTypeError naming the leaf."""
     from gradir.passes import jvp_graph, run_pipeline
 
     a = _prepare(fn, tuple(primals))
     t_flat, t_tree = tree_flatten(tuple(tangents))
     if len(t_flat) != len(a.flat):
         raise ShapeError("tangents must mirror the primals' structure", op="jvp", source=user_source())
-    t_flat = [t if isinstance(t, Value) else np.asarray(t.detach().cpu().numpy() if _is_torch(t) else t, dtype=p.dtype)
+    _check_tangents(t_flat, a)
+    t_flat = [t if isinstance(t, Value) else np.asarray(torch_to_numpy(t) if is_torch(t) else t, dtype=p.dtype)
               for t, p in zip(t_flat, a.flat)]
     forward = _trace(fn, a)
     caps = _captures(forward)
@@ -323,16 +352,18 @@ class Compiled:
 
         if backend not in BACKENDS:
             raise UnsupportedOpError(f"backend {backend!r} is not available (have: {', '.join(BACKENDS)})",
-                                     op="compile")
+                                     op="compile", source=user_source())
         from gradir.passes.remat import POLICIES as REMAT_POLICIES
 
         if remat not in (None, *REMAT_POLICIES):
-            raise GradirError(f"unknown recompute policy {remat!r} (have: {', '.join(REMAT_POLICIES)})", op="compile")
+            raise GradirError(f"unknown recompute policy {remat!r} (have: {', '.join(REMAT_POLICIES)})", op="compile",
+                              source=user_source())
         self.remat = (remat or ("optimal" if memory_budget is not None else "none"), memory_budget, {})
         from gradir.passes.schedule import POLICIES
 
         if policy not in POLICIES:
-            raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="compile")
+            raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="compile",
+                              source=user_source())
         self.fn, self.backend, self.check, self.policy = fn, backend, check, policy
         self._cache: dict = {}
         functools.update_wrapper(self, fn)
@@ -386,7 +417,9 @@ def compile(fn: Callable | None = None, *, backend: str = "numpy", remat: str | 
     and run by `backend`. Usable as ``@gr.compile`` or ``@gr.compile(backend="numpy")``.
 
     `policy` is the scheduling policy of the dependency-counted order the backend runs ("engine" or
-    "memory", see gradir.passes.schedule). `check=True` (default: the GRADIR_CHECK environment
+    "memory", see gradir.passes.schedule). `remat` / `memory_budget` (recompute planning, see
+    gradir.passes.remat) apply to the gradients computed inside `fn` (its gr.grad / gr.value_and_grad
+    calls); for a function that takes no gradient they change nothing. `check=True` (default: the GRADIR_CHECK environment
     variable) makes the generated code assert that every value has the shape and dtype the IR promises."""
     if check is None:
         check = os.environ.get("GRADIR_CHECK", "") not in ("", "0")
@@ -409,6 +442,7 @@ def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: s
     a = _prepare(fn, args)
     nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
     graph = _trace(fn, a)
+    _check_scalar_output(graph, "trace_grad")
     wrt = _wrt(a, nums, "trace_grad")
     joint = run_pipeline(joint_graph(graph, wrt))
     if remat is None and memory_budget is not None:

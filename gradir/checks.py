@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gradir.errors import GradirError, ShapeError
+from gradir.errors import DTypeError, GradirError, ShapeError
+from gradir.interop import is_torch, torch_to_numpy
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
 __all__ = ["CmpRow", "CmpTable", "DirectionalReport", "DirectionalRow", "GradcheckError", "central_difference",
@@ -43,8 +44,8 @@ class GradcheckError(GradirError, AssertionError):
 
 
 def _as_numpy(x) -> np.ndarray:
-    if type(x).__module__.startswith("torch"):
-        return x.detach().cpu().numpy()
+    if is_torch(x):
+        return torch_to_numpy(x)
     if hasattr(x, "numpy") and not isinstance(x, np.ndarray):  # gr.Tensor and similar
         return np.asarray(x.numpy())
     return np.asarray(x)
@@ -308,7 +309,10 @@ def gradcheck(f: Callable, *args, argnums: int | Sequence[int] = 0, atol: float 
 
     `modes`: "rev" checks `gr.grad` (VJP rules), "fwd" checks forward mode (one `gr.jvp` per coordinate,
     JVP rules). `grad` replaces the analytic side by a gradient you supply (one per argnum).
-    Use float64 inputs: in float32 central differences are not accurate enough to judge."""
+    The checked arguments must be float64 (or complex128, or Python scalars): in float32 central
+    differences are too coarse (round-off ~eps/h) to judge a gradient at these tolerances, so a
+    lower-precision argument raises DTypeError instead of reporting a correct gradient as wrong.
+    Cast it up (``x.astype(np.float64)``) to check the rules; `gradir check` does so itself."""
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     supplied = None if grad is None else ((grad,) if isinstance(argnums, int) else tuple(grad))
     for mode in modes:
@@ -316,6 +320,11 @@ def gradcheck(f: Callable, *args, argnums: int | Sequence[int] = 0, atol: float 
             raise GradirError(f"unknown mode {mode!r} (use 'rev' or 'fwd')", op="gradcheck")
     for j, argnum in enumerate(nums):
         point = _Point(f, args, argnum, "gradcheck")
+        for p, x, py in zip(point.paths, point.leaves, point.python):
+            if not py and np.finfo(x.dtype).eps > np.finfo(np.float64).eps:
+                raise DTypeError(f"argument {p} has dtype {x.dtype}; gradcheck needs float64 inputs (central "
+                                 "differences in lower precision cannot judge a gradient): pass x.astype(np.float64)",
+                                 op="gradcheck", source=_where(f))
         numeric = _flat_grad(point, central_difference(f, *args, argnum=argnum, h=h))
         candidates = []
         if supplied is not None:

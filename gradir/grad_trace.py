@@ -71,17 +71,41 @@ class GradTrace:
 
         return saved_tensors(self.partition, self.schedule.order, wrt=self.wrt)
 
-    def _flat_args(self, args) -> list:
+    def _flat_args(self, args, op: str) -> list:
+        """The arguments as the arrays the programs take: same structure, shapes and dtypes as the trace
+        (torch tensors and gr.Tensors converted; Python scalars cast to a float input's dtype)."""
+        from gradir import dtypes
+        from gradir.api import _prepare
+        from gradir.errors import DTypeError, ShapeError
         from gradir.pytree import tree_flatten
+        from gradir.trace import abstract_dtype, user_source
 
-        flat, _ = tree_flatten(tuple(args))
-        return [np.asarray(x) for x in flat]
+        a = _prepare(None, args)
+        inputs = self.graph.inputs[:len(self.graph.inputs) - len(self.graph.captures)]
+        tree = getattr(self.graph, "in_tree", None)
+        if len(a.flat) != len(inputs) or (tree is not None and a.in_tree != tree):
+            raise ShapeError(f"arguments differ in structure from the trace (it took {len(inputs)} array(s): "
+                             f"{', '.join(x.attrs.get('name') or '?' for x in inputs)}; got {len(a.flat)} in "
+                             f"{a.in_tree})", op=op, source=user_source())
+        raw, _ = tree_flatten(tuple(args))
+        out = []
+        for x, r, inp in zip(a.flat, raw, inputs):
+            name = inp.attrs.get("name") or "argument"
+            if tuple(np.shape(x)) != inp.shape:
+                raise ShapeError(f"{name} has shape {tuple(np.shape(x))}, the trace {inp.type_str}", op=op,
+                                 source=user_source())
+            weak = isinstance(r, (int, float)) and not isinstance(r, bool) and dtypes.is_float(inp.dtype)
+            if not weak and abstract_dtype(x) != inp.dtype:
+                raise DTypeError(f"{name} has dtype {dtypes.short(abstract_dtype(x))}, the trace {inp.type_str}",
+                                 op=op, source=user_source())
+            out.append(np.asarray(x, dtype=inp.dtype))
+        return out
 
     def run(self, *args, cotangent=1.0):
         """Run forward, then backward in the schedule's order, on the NumPy backend: (outputs, gradients)."""
         from gradir.backends import compile_graph
 
-        flat = self._flat_args(args)
+        flat = self._flat_args(args, "run")
         k = self.partition.forward.num_forward_outputs
         fwd = compile_graph(self.forward)(*flat)
         cts = [np.full(o.shape, cotangent, o.dtype) for o in self.forward.outputs[:k]]
@@ -92,7 +116,7 @@ class GradTrace:
         """Run the memory plan's timeline with a counting allocator (backends.measure_memory)."""
         from gradir.backends import measure_memory
 
-        flat = self._flat_args(args)
+        flat = self._flat_args(args, "measure")
         cts = [np.full(o.shape, cotangent, o.dtype) for o in self.graph.outputs]
         graph, order, _ = self.partition.stitch(self.schedule.order)
         return measure_memory(graph, flat + cts, order)

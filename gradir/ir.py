@@ -172,12 +172,39 @@ class Value:
     def exp(self): return _ops().exp(self)
     def log(self): return _ops().log(self)
     def tanh(self): return _ops().tanh(self)
+    def sqrt(self): return _ops().sqrt(self)
+    def relu(self): return _ops().relu(self)
+    def sigmoid(self): return _ops().sigmoid(self)
+    def sin(self): return _ops().sin(self)
+    def cos(self): return _ops().cos(self)
+    def square(self): return _ops().square(self)
+    def pow(self, y): return _ops().power(self, y)
+    def matmul(self, o): return _ops().matmul(self, o)
+    def dot(self, o): return _ops().dot(self, o)
+    def std(self, axis=None, keepdims=False, ddof=0): return _ops().std(self, axis=axis, keepdims=keepdims, ddof=ddof)
+    def squeeze(self, axis=None): return _ops().squeeze(self, axis)
+    def swapaxes(self, a, b): return _ops().swapaxes(self, a, b)
+    def __invert__(self): return _ops().logical_not(self)
+    def __and__(self, o): return _ops().logical_and(self, o)
+    def __rand__(self, o): return _ops().logical_and(o, self)
+    def __or__(self, o): return _ops().logical_or(self, o)
+    def __ror__(self, o): return _ops().logical_or(o, self)
+    def __floordiv__(self, o): _no_floordiv(self)
+    def __rfloordiv__(self, o): _no_floordiv(self)
 
 
 def _ops():
     import gradir.ops as ops
 
     return ops
+
+
+def _no_floordiv(v):
+    from gradir.errors import UnsupportedOpError
+    from gradir.trace import user_source
+
+    raise UnsupportedOpError("gradir has no floor division (//) primitive; write it as (x - x % y) / y",
+                             op="floor_divide", source=user_source())
 
 
 def _update():  # in-place writes (see the block on Value)

@@ -41,6 +41,16 @@ def pad(x, lo, hi, interior, value):
     return out
 
 
+def check_classes(idx, size, ignore, what):
+    """idx, unchanged (a copy), after checking every entry is a class in [0, size) or `ignore`."""
+    bad = (idx < 0) | (idx >= size)
+    if ignore is not None:
+        bad &= idx != ignore
+    if bad.any():
+        raise IndexError(f"{what}: class index {idx[bad].flat[0]} is out of range for {size} classes")
+    return idx.copy()
+
+
 def index_add(g, idx, axis, size):
     """The adjoint of take: zeros of length `size` along `axis`, with g's slices added at idx."""
     pre, post = g.shape[:axis], g.shape[axis + idx.ndim:]

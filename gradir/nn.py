@@ -45,6 +45,7 @@ from gradir.ops import (
     zeros,
 )
 from gradir.ops.conv import fold, out_size, pair, unfold
+from gradir.ops.indexing import check_classes
 from gradir.ops.lifting import lift, lift_all, normalize_axes, to_numpy
 from gradir.primitive import Primitive, get_primitive, register
 from gradir.trace import EagerOperand, bind, building, constant, is_traced, user_source
@@ -151,9 +152,10 @@ def _ce_infer(logits, targets, reduction, ignore_index):
     return (tuple(targets.shape) if reduction == "none" else ()), logits.dtype
 
 
-def _ce_targets(targets, ignore_index):
-    """Flat targets with ignored rows pointed at class 0, and the keep mask (None: keep all)."""
-    t = reshape(targets, (-1,))
+def _ce_targets(targets, ignore_index, c):
+    """Flat targets with ignored rows pointed at class 0, and the keep mask (None: keep all).
+    Targets outside [0, c) (other than ignore_index) raise, at run time when traced (as torch)."""
+    t = check_classes(reshape(targets, (-1,)), c, "cross_entropy", ignore_index)
     if ignore_index is None:
         return t, None
     keep = not_equal(t, ignore_index)
@@ -163,7 +165,7 @@ def _ce_targets(targets, ignore_index):
 def _ce_decompose(logits, targets, reduction, ignore_index):
     """-log_softmax(logits)[row, target], masked where target == ignore_index, then reduced."""
     c = logits.shape[-1]
-    t, keep = _ce_targets(targets, ignore_index)
+    t, keep = _ce_targets(targets, ignore_index, c)
     logp = reshape(log_softmax(logits), (-1, c))
     losses = -getitem(logp, (arange(t.shape[0]), t))
     if keep is not None:
@@ -179,7 +181,7 @@ def _ce_decompose(logits, targets, reduction, ignore_index):
 def _ce_vjp(g, out, logits, targets, reduction, ignore_index):
     """Fused rule: d loss / d logits = (softmax(logits) - onehot(targets)) * g / n, ignored rows zero."""
     c = logits.shape[-1]
-    t, keep = _ce_targets(targets, ignore_index)
+    t, keep = _ce_targets(targets, ignore_index, c)
     row = reshape(g, (-1,)) if reduction == "none" else g  # upstream cotangent per row (or one scalar)
     if keep is not None:
         mask = astype(keep, logits.dtype)

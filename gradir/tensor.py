@@ -44,6 +44,7 @@ from gradir.errors import (
     UnsupportedOpError,
     VersionError,
 )
+from gradir.interop import is_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.primitive import get_primitive
 from gradir.trace import EagerOperand, bind, user_source
@@ -179,8 +180,8 @@ class Tensor(EagerOperand):
     def __init__(self, data, requires_grad: bool = False, dtype=None):
         if isinstance(data, Tensor):
             data = data.data
-        elif type(data).__module__.startswith("torch"):
-            data = data.detach().cpu().numpy()
+        elif is_torch(data):
+            data = torch_to_numpy(data)
         arr = np.array(data, dtype=None if dtype is None else dtypes.as_dtype(dtype))
         if arr.dtype not in dtypes.SHORT_NAMES:
             arr = arr.astype(dtypes.as_dtype(arr.dtype))
@@ -428,24 +429,9 @@ class Tensor(EagerOperand):
             self._node, self._requires_grad = node, True
         return self
 
-    # a few NumPy-named methods the Value method set lacks
-    def sqrt(self): return _ops().sqrt(self)
-    def relu(self): return _ops().relu(self)
-    def sigmoid(self): return _ops().sigmoid(self)
-    def sin(self): return _ops().sin(self)
-    def cos(self): return _ops().cos(self)
-    def square(self): return _ops().square(self)
-    def pow(self, y): return _ops().power(self, y)
-    def matmul(self, o): return _ops().matmul(self, o)
-    def dot(self, o): return _ops().dot(self, o)
-    def std(self, axis=None, keepdims=False, ddof=0): return _ops().std(self, axis=axis, keepdims=keepdims, ddof=ddof)
-    def squeeze(self, axis=None): return _ops().squeeze(self, axis)
-    def swapaxes(self, a, b): return _ops().swapaxes(self, a, b)
+    # eager-only reductions to a Python bool (a traced value has no data to test)
     def any(self): return bool(np.any(self._storage.array))
     def all(self): return bool(np.all(self._storage.array))
-    def __invert__(self): return _ops().logical_not(self)
-    def __and__(self, o): return _ops().logical_and(self, o)
-    def __or__(self, o): return _ops().logical_or(self, o)
 
 
 def _ops():

@@ -326,3 +326,20 @@ def test_run_time_failures_are_gradir_errors_naming_the_node():
     with pytest.raises(ExecutionError) as ei:
         gr.grad(lambda x, idx: gr.sum(x[idx]))(np.ones(3), np.array([5]))
     assert ei.value.op == "take"
+
+
+@pytest.mark.parametrize("call", [lambda x: gr.sum(x, axis=1.0), lambda x: gr.sum(x, axis="a"),
+                                  lambda x: gr.reshape(x, "ab"), lambda x: gr.reshape(x, (2.0, 3))])
+def test_malformed_axes_and_shapes_are_gradir_errors(call):
+    x = np.ones((2, 3))
+    with pytest.raises(GradirError) as ei:
+        call(x)
+    assert ei.value.source.startswith("test_errors.py:")
+
+
+def test_calling_with_the_wrong_number_of_arguments_is_a_gradir_error():
+    from gradir.errors import TraceError
+
+    with pytest.raises(TraceError, match="cannot call") as ei:
+        gr.compile(lambda a, b: a * b)(1.0)
+    assert ei.value.source.startswith("test_errors.py:")

@@ -73,14 +73,42 @@ def _check_bounds(idx, n: int, op: str):
         raise ShapeError(f"index {bad} is out of bounds for an axis of size {n}", op=op, source=user_source())
 
 
+def _check_classes_infer(idx, size, ignore, what):
+    _check_index(idx, "check_classes")
+    return tuple(idx.shape), idx.dtype
+
+
+register(Primitive(
+    "check_classes", ("idx",), _check_classes_infer, "_k.check_classes(idx, size, ignore, what)",
+    differentiable=False, kind="index",
+    doc="idx unchanged; raises at run time if an entry is outside [0, size) and not `ignore` (class targets of `what`)."))
+
+
+def check_classes(idx, num_classes: int, what: str, ignore_index=None):
+    """idx, checked to hold class indices in [0, num_classes) (or ignore_index): now for concrete
+    indices (ShapeError), at run time for traced ones (ExecutionError naming `what`)."""
+    idx = lift(idx)
+    c = concrete(idx)
+    if c is None:
+        return bind("check_classes", idx, size=int(num_classes), ignore=ignore_index, what=what)
+    bad = (c < 0) | (c >= num_classes)
+    if ignore_index is not None:
+        bad &= c != ignore_index
+    if bad.any():
+        raise ShapeError(f"class index {c[bad].flat[0]} is out of range for {num_classes} classes", op=what,
+                         source=user_source())
+    return idx
+
+
 def one_hot(idx, num_classes, dtype=dtypes.float64):
-    """one_hot(idx, n)[..., k] = (idx == k), as a float array."""
+    """one_hot(idx, n)[..., k] = (idx == k), as a float array; indices outside [0, n) raise (as torch)."""
     from gradir.ops.creation import arange
     from gradir.ops.elementwise import equal
     from gradir.ops.shapes import expand_dims
 
     idx = lift(idx)
     _check_index(idx, "one_hot", user_source())
+    idx = check_classes(idx, num_classes, "one_hot")
     return astype(equal(expand_dims(idx, -1), arange(num_classes, dtype=idx.dtype)), dtype)
 
 

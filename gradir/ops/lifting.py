@@ -6,14 +6,15 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import AxisError, DTypeError, ShapeError
+from gradir.interop import is_torch, torch_to_numpy
 from gradir.ir import Value
 from gradir.trace import EagerOperand, bind, constant, current_graph, is_traced, user_source
 
 
 def to_numpy(x):
     """NumPy view of an argument (torch tensors included; gr.Tensors stay operands)."""
-    if type(x).__module__.startswith("torch"):
-        return x.detach().cpu().numpy()
+    if is_torch(x):
+        return torch_to_numpy(x)
     return x
 
 
@@ -85,10 +86,12 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
     """`axis` (None, int or tuple, negatives allowed) as a sorted tuple of non-negative axes."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     out = []
     for a in axes:
-        if not isinstance(a, (int, np.integer)) or not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+            raise AxisError(f"axis must be an int or a tuple of ints, got {a!r}", op=op, source=user_source())
+        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
             raise AxisError(f"axis {a} is out of range for a {ndim}-d value", op=op, source=user_source())
         out.append(int(a) % max(ndim, 1))
     if len(set(out)) != len(out):

@@ -18,7 +18,8 @@ Primitives for `x[idx] = v`:
   VJP dx = g with the box zeroed, dv = g[box].
 - `index_update(x, idx, v, axis)`: x with the slices at integer positions idx along `axis` replaced
   by v (repeated indices: the last write wins, as NumPy); VJP dx = g with those slices zeroed,
-  dv = take(g, idx).
+  dv = take(g, idx) zeroed at every occurrence of a repeated index but the last (the overwritten
+  slices of v reach no output).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from gradir import dtypes
 from gradir.errors import DTypeError, InPlaceError, ShapeError, TraceError, UnsupportedOpError
 from gradir.ir import Value
 from gradir.ops.creation import zeros
-from gradir.ops.elementwise import add, divide, multiply, subtract
+from gradir.ops.elementwise import add, divide, equal, logical_and, multiply, remainder, subtract, where
 from gradir.ops.indexing import _check_bounds, _check_index, _expand_ellipsis, _is_int, _is_int_array, basic_box, take
-from gradir.ops.lifting import astype, lift, type_str
+from gradir.ops.lifting import astype, concrete, lift, type_str
+from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, reshape
 from gradir.primitive import Primitive, register
 from gradir.trace import bind, current_graph, user_source
@@ -95,7 +97,33 @@ def _index_update_infer(x, idx, v, axis):
 
 
 def _index_update_vjp(g, o, x, idx, v, axis):
-    return [bind("index_update", g, idx, zeros(v.shape, g.dtype), axis=axis), None, bind("take", g, idx, axis=axis)]
+    dv = bind("take", g, idx, axis=axis)
+    keep = _last_writes(idx, x.shape[axis])
+    if keep is not None:  # an overwritten slice of v reaches no output: zero cotangent
+        keep = reshape(keep, (1,) * axis + tuple(idx.shape) + (1,) * (len(x.shape) - axis - 1))
+        dv = where(broadcast_to(keep, dv.shape), dv, zeros(dv.shape, dv.dtype))
+    return [bind("index_update", g, idx, zeros(v.shape, g.dtype), axis=axis), None, dv]
+
+
+def _last_writes(idx, size: int):
+    """Boolean mask of idx's shape: True at the last occurrence of each position (the write that
+    wins); None when idx has no repeats. Built with NumPy for a constant idx, with ops (an m x m
+    comparison of the m indices) for a traced one."""
+    c = concrete(idx)
+    if c is not None:
+        flat = np.mod(c.reshape(-1), size) if size else c.reshape(-1)
+        _, first_from_end = np.unique(flat[::-1], return_index=True)
+        keep = np.zeros(flat.shape, bool)
+        keep[flat.size - 1 - first_from_end] = True
+        return None if keep.all() else keep.reshape(c.shape)
+    m = int(np.prod(idx.shape))
+    if m < 2 or not size:
+        return None
+    flat = remainder(reshape(idx, (m,)), size)
+    same = equal(broadcast_to(reshape(flat, (m, 1)), (m, m)), broadcast_to(reshape(flat, (1, m)), (m, m)))
+    later = np.triu(np.ones((m, m), bool), 1)  # later[k, j]: j is written after k
+    overwritten = sum_(astype(logical_and(same, later), dtypes.int64), axis=1)
+    return reshape(equal(overwritten, 0), tuple(idx.shape))
 
 
 def _index_update_jvp(ts, o, x, idx, v, axis):
