@@ -3,36 +3,16 @@ independent oracles (float64 torch autograd, hand-derived rules) for what the ex
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import math
-import pathlib
 
 import numpy as np
 import pytest
 import torch
+from examples_util import load, run
 
 import gradir as gr
 from gradir.ops.elementwise import INEXACT, _check_dtype
 from gradir.primitive import REGISTRY, Primitive, register
-
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run(module):
-    """main()'s returned figures and its printed text."""
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        figures = module.main()
-    return figures, buf.getvalue()
 
 
 def close(x, expected, decimals):

@@ -3,30 +3,10 @@ TEACHING.md gives, hand-derived values, and float64 torch / NumPy closed forms f
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
-import pathlib
-
 import numpy as np
 import pytest
 import torch
-
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run(module):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        figures = module.main()
-    return figures, buf.getvalue()
+from examples_util import load, run
 
 
 @pytest.fixture(scope="module")

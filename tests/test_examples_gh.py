@@ -3,34 +3,14 @@ independent oracles (closed-form chain rule, NumPy/ml_dtypes rounding, float64 t
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import math
-import pathlib
 
 import ml_dtypes
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run(module):
-    """main()'s returned figures and its printed text."""
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        figures = module.main()
-    return figures, buf.getvalue()
+from examples_util import load, run
 
 
 def sig(x, expected, digits):
