@@ -100,8 +100,9 @@ def _trace(fn, a: _Args, name: str | None = None) -> Graph:
                          op="trace", source=user_source()) from None
     except ValueError:
         pass  # no signature to check (a builtin)
+    base = fn.func if isinstance(fn, functools.partial) else fn
     graph = trace_flat(fn, a.flat, a.names, lambda ps: tree_unflatten(a.in_tree, ps),
-                       name or getattr(fn, "__name__", "f").replace("<lambda>", "f"))
+                       name or getattr(base, "__name__", "f").replace("<lambda>", "f"))
     graph.in_tree = a.in_tree
     return graph
 
@@ -241,9 +242,10 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable
     Gradients come back in the structure of the arguments (pytrees) and as the same kind of array.
     """
     @functools.wraps(fn)
-    def wrapper(*args):
-        a = _prepare(fn, args)
-        graph, nums, forward = _grad_graph(fn, a, argnums, "grad")
+    def wrapper(*args, **kwargs):
+        f = functools.partial(fn, **kwargs) if kwargs else fn  # keyword arguments: passed through, not differentiated
+        a = _prepare(f, args)
+        graph, nums, forward = _grad_graph(f, a, argnums, "grad")
         values = _finish(_execute(graph, a.flat + _captures(forward)), a)
         grads = _split_grads(values[1:], a, nums)
         return values[0], (grads[0] if isinstance(argnums, int) else tuple(grads))
@@ -256,8 +258,8 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
     vg = value_and_grad(fn, argnums)
 
     @functools.wraps(fn)
-    def wrapper(*args):
-        return vg(*args)[1]
+    def wrapper(*args, **kwargs):
+        return vg(*args, **kwargs)[1]
     return wrapper
 
 
@@ -369,7 +371,14 @@ class Compiled:
         functools.update_wrapper(self, fn)
 
     def _signature(self, a: _Args):
-        return (a.in_tree, tuple((np.shape(x), abstract_dtype(x)) for x in a.flat))
+        static = a.fn.keywords if isinstance(a.fn, functools.partial) else {}
+        try:
+            hash(key := tuple(sorted(static.items())))
+        except TypeError:
+            raise GradirError("keyword arguments of a compiled function are static: traced in as constants and part "
+                              "of the cache key, so they must be hashable (numbers, strings, tuples); pass arrays "
+                              "positionally", op="compile", source=user_source()) from None
+        return (a.in_tree, tuple((np.shape(x), abstract_dtype(x)) for x in a.flat), key)
 
     def _entry(self, a: _Args):
         key = self._signature(a)
@@ -380,7 +389,7 @@ class Compiled:
 
             _REMAT.append(self.remat)
             try:
-                graph = run_pipeline(_trace(self.fn, a))
+                graph = run_pipeline(_trace(a.fn, a))
             finally:
                 _REMAT.pop()
             if _captures(graph):
@@ -390,21 +399,24 @@ class Compiled:
             self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order))
         return self._cache[key]
 
-    def __call__(self, *args):
-        a = _prepare(self.fn, args)
+    def _args(self, args, kwargs) -> _Args:
+        return _prepare(functools.partial(self.fn, **kwargs) if kwargs else self.fn, args)
+
+    def __call__(self, *args, **kwargs):
+        a = self._args(args, kwargs)
         if a.traced:  # compile inside a trace: just inline the function
-            graph = _trace(self.fn, a)
+            graph = _trace(a.fn, a)
             return tree_unflatten(graph.out_tree, inline(graph, a.flat + _captures(graph)))
         graph, compiled = self._entry(a)
         return tree_unflatten(graph.out_tree, _finish(compiled(*a.flat), a))
 
-    def graph(self, *args) -> Graph:
+    def graph(self, *args, **kwargs) -> Graph:
         """The optimized graph this function runs for `args`' signature."""
-        return self._entry(_prepare(self.fn, args))[0]
+        return self._entry(self._args(args, kwargs))[0]
 
-    def source(self, *args) -> str:
+    def source(self, *args, **kwargs) -> str:
         """The Python/NumPy source the backend generated for `args`' signature."""
-        return self._entry(_prepare(self.fn, args))[1].source
+        return self._entry(self._args(args, kwargs))[1].source
 
     @property
     def cache_size(self) -> int:

@@ -105,3 +105,25 @@ def test_backends_run_graphs_with_composite_ops_directly():
     expected = torch.nn.functional.cross_entropy(torch.tensor(z), torch.tensor(y)).item()
     np.testing.assert_allclose(run(g, [z])[0], expected, rtol=1e-14)
     np.testing.assert_allclose(compile_graph(g)(z)[0], expected, rtol=1e-14)
+
+
+def test_keyword_arguments_pass_through_grad_and_are_static_in_compile():
+    def loss(w, x, scale=1.0, act="tanh"):
+        h = gr.tanh(x @ w) if act == "tanh" else gr.relu(x @ w)
+        return gr.sum(h) * scale
+
+    rng = np.random.default_rng(5)
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    g = gr.grad(loss)(w, x, scale=2.0, act="relu")
+    tw = torch.tensor(w, requires_grad=True)
+    (tg,) = torch.autograd.grad((torch.relu(torch.tensor(x) @ tw)).sum() * 2.0, tw)
+    np.testing.assert_allclose(g, tg.numpy(), rtol=1e-14)
+    step = gr.compile(gr.grad(loss))
+    np.testing.assert_allclose(step(w, x, scale=2.0, act="relu"), g, rtol=1e-14)
+    step(w, x, scale=3.0, act="relu")
+    assert step.cache_size == 2  # a new static keyword value, a new trace
+    import pytest
+
+    from gradir.errors import GradirError
+    with pytest.raises(GradirError, match="must be hashable"):
+        step(w, x, scale=np.ones(1))
