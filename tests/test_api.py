@@ -4,11 +4,13 @@ backend's generated code against its interpreter and against torch."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 
 import gradir as gr
 from gradir.backends import compile_graph, run
+from gradir.errors import GradirError
 from tests.random_programs import make_inputs, programs
 from tests.random_programs import run as run_program
 
@@ -122,8 +124,5 @@ def test_keyword_arguments_pass_through_grad_and_are_static_in_compile():
     np.testing.assert_allclose(step(w, x, scale=2.0, act="relu"), g, rtol=1e-14)
     step(w, x, scale=3.0, act="relu")
     assert step.cache_size == 2  # a new static keyword value, a new trace
-    import pytest
-
-    from gradir.errors import GradirError
     with pytest.raises(GradirError, match="must be hashable"):
         step(w, x, scale=np.ones(1))
