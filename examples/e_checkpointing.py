@@ -134,15 +134,6 @@ def figures_of(j) -> dict:
             "proven_optimal": r.plan.optimal}
 
 
-def available(planner: str) -> bool:
-    """Whether this version ships the planner gradir.passes.<planner> (mincut, milp)."""
-    function = {"mincut": "plan_mincut", "milp": "plan_optimal"}[planner]
-    try:
-        return hasattr(importlib.import_module(f"gradir.passes.{planner}"), function)
-    except ImportError:
-        return False
-
-
 def plans(params, x) -> dict[str, dict]:
     """Figures per plan, in the order of the table."""
     loss = make_loss()
@@ -151,16 +142,14 @@ def plans(params, x) -> dict[str, dict]:
                      ("selective (keep matmul)", {"remat": "selective"})):
         out[name] = figures_of(gr.trace_grad(loss, params, x, remat=kw.pop("remat", "none"), **kw))
     uniform_peak = out[f"uniform, {SEGMENTS} segments"]["peak_bytes"]
-    if available("mincut"):
-        out["mincut"] = figures_of(gr.trace_grad(loss, params, x, remat="mincut"))
-        out["mincut, matmul not recomputed"] = figures_of(gr.trace_grad(loss, params, x, remat="mincut",
-                                                                        forbid=("matmul",)))
-    if available("milp"):
-        out["optimal at uniform's peak"] = figures_of(
-            gr.trace_grad(loss, params, x, remat="optimal", memory_budget=uniform_peak))
-        one_more = uniform_peak + BATCH * WIDTH * 4  # room for one more 32x256 activation
-        out["optimal at uniform's peak + 32 KiB"] = figures_of(
-            gr.trace_grad(loss, params, x, remat="optimal", memory_budget=one_more, time_limit=5.0))
+    out["mincut"] = figures_of(gr.trace_grad(loss, params, x, remat="mincut"))
+    out["mincut, matmul not recomputed"] = figures_of(gr.trace_grad(loss, params, x, remat="mincut",
+                                                                    forbid=("matmul",)))
+    out["optimal at uniform's peak"] = figures_of(
+        gr.trace_grad(loss, params, x, remat="optimal", memory_budget=uniform_peak))
+    one_more = uniform_peak + BATCH * WIDTH * 4  # room for one more 32x256 activation
+    out["optimal at uniform's peak + 32 KiB"] = figures_of(
+        gr.trace_grad(loss, params, x, remat="optimal", memory_budget=one_more, time_limit=5.0))
     for name, pairs in (("gr.checkpoint pairs 0-4", (0, 1, 2, 3, 4)), ("gr.checkpoint pairs 0, 2, 4", (0, 2, 4))):
         out[name] = figures_of(gr.trace_grad(make_loss(pairs), params, x))
     return out
@@ -232,9 +221,6 @@ def main() -> dict:
           "gradients of mean(x*x) with respect to the parameters:\n")
     rows = plans(params, x)
     print_table(rows)
-    missing = [p for p in ("mincut", "milp") if not available(p)]
-    if missing:
-        print(f"\n(gradir.passes.{' and gradir.passes.'.join(missing)} not in this version: those rows are left out)")
     figures = {"plans": rows}
 
     print("\nWhat block 5 keeps in gradir (the saved-tensor report, no recomputation):")

@@ -92,24 +92,29 @@ def _broadcastable(a, b) -> bool:
         return False
 
 
+def apply_step(step, pool: list, side: int) -> None:
+    """Run one step of a program on `pool`, appending its result (side 0: gradir ops, 1: torch ops)."""
+    kind, name, idx, extra = step
+    args = [pool[i] for i in idx]
+    if kind == "unary":
+        pool.append(UNARY[name][side](*args))
+    elif kind == "binary":
+        pool.append(BINARY[name][side](*args))
+    elif kind == "reduce":
+        pool.append((_sum_axis if name == "sum" else _mean_axis)(*extra)[side](*args))
+    elif kind == "matmul":
+        pool.append(args[0] @ args[1])
+    elif kind == "transpose":
+        x = args[0]
+        pool.append(x.T if side == 0 else x.permute(*reversed(range(x.ndim))))
+
+
 def run(steps, inputs, backend: str):
     """Evaluate a program with gradir ops (backend='gr') or torch ops (backend='torch')."""
     side = 0 if backend == "gr" else 1
     pool = list(inputs)
-    for kind, name, idx, extra in steps:
-        args = [pool[i] for i in idx]
-        if kind == "unary":
-            pool.append(UNARY[name][side](*args))
-        elif kind == "binary":
-            pool.append(BINARY[name][side](*args))
-        elif kind == "reduce":
-            f = (_sum_axis if name == "sum" else _mean_axis)(*extra)[side]
-            pool.append(f(*args))
-        elif kind == "matmul":
-            pool.append(args[0] @ args[1])
-        elif kind == "transpose":
-            x = args[0]
-            pool.append(x.T if backend == "gr" else x.permute(*reversed(range(x.ndim))))
+    for step in steps:
+        apply_step(step, pool, side)
     total = None
     for v in pool:
         s = gr.sum(v) if backend == "gr" else v.sum()

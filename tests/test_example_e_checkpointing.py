@@ -3,31 +3,21 @@ measured with saved_tensors_hooks, and the optimal plan against uniform-6 at the
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
+from examples_util import load
 
 import gradir as gr
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "e_checkpointing.py"
 ACT = 32 * 256 * 4             # one 32x256 float32 activation: 32 KiB
 MATMUL = 2 * 32 * 256 * 256    # flops of one 32x256 @ 256x256
 EW = 32 * 256                  # flops of one 32x256 elementwise add or relu (broadcasts are free)
 KiB, MiB = 1024, 2**20
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("e_checkpointing", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def example():
-    return _load()
+    return load("e_checkpointing")
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +99,6 @@ def test_every_plan_gives_the_same_gradients(example):
         np.testing.assert_allclose(g, t, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.skipif(not _load().available("milp"),
-                    reason="gradir.passes.milp (the optimal policy) is not in this version yet")
 def test_optimal_against_uniform_and_the_hand_lower_bound(figures):
     """Lower bound by hand: backward needs the 24 values r_0..r_11, x_1..x_12; each one not kept costs a
     matmul of its own (r_k <- x_k @ W1, x_(k+1) <- r_k @ W2; keeping that matmul's result instead costs
@@ -135,8 +123,6 @@ def test_optimal_against_uniform_and_the_hand_lower_bound(figures):
     assert more["recompute_flops"] == bound(uniform["peak_bytes"] + ACT) < uniform["recompute_flops"]
 
 
-@pytest.mark.skipif(not _load().available("mincut"),
-                    reason="gradir.passes.mincut is not in this version yet")
 def test_mincut_keeps_the_fewest_bytes(figures):
     # the literal minimum is 0 bytes: the backward recomputes the whole forward (2 matmuls, add, relu and
     # two adds per block; broadcasts of the biases are views of inputs, kept for free), and block 11's

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
-
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "e_saved_tensors_and_memory.py"
+from examples_util import load
 
 
 @pytest.fixture(scope="module")
 def figures():
-    spec = importlib.util.spec_from_file_location("e_saved_tensors_and_memory", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main()
+    return load("e_saved_tensors_and_memory").main()
 
 
 def test_rules_keep_what_the_calculus_needs(figures):

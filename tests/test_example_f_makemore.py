@@ -5,34 +5,25 @@ cross-entropy / BatchNorm rules, BatchNorm's vanishing directions and a short tr
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import math
-import pathlib
 import random
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from examples_util import load
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 STEPS = 1000
 _CACHE: dict = {}
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("example_f_makemore_backprop", EXAMPLES / "f_makemore_backprop.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
 def mk(names_path):
     """(module, figures, printed output), computed once per module (names_path skips when absent)."""
     if "run" not in _CACHE:
-        module = load()
+        module = load("f_makemore_backprop")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             figures = module.main(["--data", str(names_path), "--steps", str(STEPS)])

@@ -4,23 +4,13 @@ differences (the TEACHING.md bounds), plus the causal mask and the tied embeddin
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
-import pathlib
 
 import numpy as np
 import pytest
+from examples_util import load
 
 import gradir as gr
-
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

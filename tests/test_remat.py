@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from random_programs import BINARY, UNARY, _mean_axis, _sum_axis, make_inputs, programs
+from random_programs import apply_step, make_inputs, programs
 from typer.testing import CliRunner
 
 import gradir as gr
@@ -40,23 +40,6 @@ except TypeError:
 GROUP_KINDS = ("plain", "scope", "checkpoint", "scope>checkpoint", "checkpoint>scope")
 
 
-def _apply(step, pool, side: int):
-    """One step of a tests/random_programs.py program (side 0: gradir ops, 1: torch ops)."""
-    kind, name, idx, extra = step
-    args = [pool[i] for i in idx]
-    if kind == "unary":
-        pool.append(UNARY[name][side](*args))
-    elif kind == "binary":
-        pool.append(BINARY[name][side](*args))
-    elif kind == "reduce":
-        pool.append((_sum_axis if name == "sum" else _mean_axis)(*extra)[side](*args))
-    elif kind == "matmul":
-        pool.append(args[0] @ args[1])
-    else:
-        x = args[0]
-        pool.append(x.T if side == 0 else x.permute(*reversed(range(x.ndim))))
-
-
 @st.composite
 def scoped_programs(draw):
     """(shapes, steps, groups, kinds): consecutive steps cut into groups, each run plainly, inside a
@@ -76,7 +59,7 @@ def make_program(steps, groups, kinds, checkpoints=True):
     `checkpoints=False`: the same arithmetic with the regions left out (the unplanned reference)."""
     def run_group(pool, lo, hi):
         for s in steps[lo:hi]:
-            _apply(s, pool, 0)
+            apply_step(s, pool, 0)
 
     region = gr.checkpoint(run_group)  # one wrapper: every call is a region of its own
 
@@ -116,7 +99,7 @@ def torch_grads(steps, groups, kinds, xs):
     pool, counted = list(ts), [True] * len(ts)
     for (lo, hi), kind in zip(groups, kinds):
         for s in steps[lo:hi]:
-            _apply(s, pool, 1)
+            apply_step(s, pool, 1)
         counted += [("checkpoint" not in kind) or k == hi - lo - 1 for k in range(hi - lo)]
     sum_of([v for v, c in zip(pool, counted) if c], lambda v: v.sum()).backward()
     return [t.grad.numpy() for t in ts]

@@ -9,18 +9,17 @@ against a dynamic program and a simulation of the schedule.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import pathlib
 
 import numpy as np
 import pytest
 import torch
+from examples_util import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from random_programs import make_inputs, programs
-from test_remat import _apply, internal_values, make_program, scoped_programs, sum_of
+from random_programs import apply_step, make_inputs, programs
+from test_remat import internal_values, make_program, scoped_programs, sum_of
 
 import gradir as gr
 import gradir.passes.milp as milp
@@ -53,10 +52,7 @@ def residual(blocks=2, width=3, hidden=5, batch=4, dtype=np.float64, seed=0):
     return loss, torch_loss, ws, x
 
 
-_spec = importlib.util.spec_from_file_location(
-    "residual_blocks", pathlib.Path(__file__).resolve().parents[1] / "examples" / "models" / "residual_blocks.py")
-_models = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_models)
+_models = load("models/residual_blocks")
 
 
 def mlp_blocks(blocks=12, width=256, batch=32, seed=0):
@@ -199,7 +195,7 @@ def test_optimal_matches_enumeration_on_random_programs(program, seed, data):
     def f(*xs):
         pool = list(xs)
         for s in steps:
-            _apply(s, pool, 0)
+            apply_step(s, pool, 0)
         return sum_of(pool, gr.sum)
 
     joint = gr.trace_grad(f, *xs, argnums=tuple(range(len(xs)))).joint
