@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_viz import blocks_model
 
 import gradir as gr
 from gradir import viz
@@ -47,14 +48,6 @@ def finish(proc: subprocess.Popen) -> tuple[str, str]:
 
 def console_messages(stderr: str) -> list[str]:
     return [m.group(1) for line in stderr.splitlines() if (m := CONSOLE.search(line))]
-
-
-def blocks_model(x, ws):
-    h = x
-    for i, w in enumerate(ws):
-        with gr.scope(f"block{i}"):
-            h = h + gr.tanh(h @ w)
-    return gr.sum(h * h)
 
 
 def test_report_renders_in_headless_chromium(tmp_path):
