@@ -1,7 +1,18 @@
-"""Backends: graph (+ plans) -> callable. NumPy is the reference."""
+"""Backends: graph (+ plans) -> callable. NumPy is the reference; LLVM compiles fused kernels to native code."""
 
-from gradir.backends.numpy_backend import CompiledGraph, MeasuredRun, compile_graph, generate_source, measure_memory, run
+from gradir.backends.numpy_backend import CompiledGraph, MeasuredRun, generate_source, measure_memory, run
+from gradir.backends.numpy_backend import compile_graph as compile_numpy
 
-BACKENDS = ("numpy",)
+BACKENDS = ("numpy", "llvm")
+
+
+def compile_graph(graph, check: bool = False, order=None, backend: str = "numpy"):
+    """Compile `graph` with `backend` ("numpy" or "llvm"); its nodes run in `order` (a schedule)."""
+    if backend == "llvm":
+        from gradir.backends.llvm.backend import compile_graph as compile_llvm
+
+        return compile_llvm(graph, check=check, order=order)
+    return compile_numpy(graph, check=check, order=order)
+
 
 __all__ = ["BACKENDS", "CompiledGraph", "MeasuredRun", "compile_graph", "generate_source", "measure_memory", "run"]

@@ -396,7 +396,7 @@ class Compiled:
                 raise GradirError("a compiled function may not close over values of an enclosing trace",
                                   op="compile", source=user_source())
             order = schedule(graph, self.policy).order
-            self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order))
+            self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order, backend=self.backend))
         return self._cache[key]
 
     def _args(self, args, kwargs) -> _Args:

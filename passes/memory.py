@@ -136,11 +136,11 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     for n in order:
         touched = {owner[i] for i in n.inputs} | {owner[n]}
         lower = max(lower, sum(buffers[b].nbytes for b in touched if b in buffers))
-    arena = _best_fit(bufs, len(order)) if layout else 0
+    arena = best_fit(bufs, len(order)) if layout else 0
     return MemoryPlan(graph, order, bufs, live, peak, peak_step, lower, arena, list(phases or []))
 
 
-def _best_fit(bufs: list[Buffer], steps: int) -> int:
+def best_fit(bufs: list[Buffer], steps: int) -> int:
     """Place buffers in time order: each takes the smallest free gap that fits, else the arena grows."""
     by_start: dict[int, list[Buffer]] = {}
     by_end: dict[int, list[Buffer]] = {}

@@ -1,0 +1,219 @@
+"""The LLVM backend's runtime: compile a graph once, then run each call as one ctypes call.
+
+`compile_graph(graph, order=...)` fuses the graph (passes.fusion), builds its LLVM module
+(codegen), compiles it for this CPU (or loads the object code from the on-disk cache) and keeps
+one arena, allocated once and reused by every call. A call passes the caller's input arrays, fresh
+output arrays, the constants and the arena to the driver. Kernels that no compiled backend lowers
+(the listing marks them "numpy") split the program into segments: the NumPy reference runs them
+between driver calls, on the same buffers.
+
+The on-disk cache holds object code keyed by the LLVM IR text, gradir's and llvmlite's versions and
+the CPU's name and features. It lives in `$GRADIR_CACHE_DIR` (default `~/.cache/gradir/llvm`);
+`GRADIR_CACHE_DIR=off` disables it. Entries are written atomically; an entry that does not load
+is rebuilt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import pathlib
+
+import llvmlite
+import numpy as np
+
+from gradir.errors import ExecutionError
+from gradir.fileio import write_atomic
+from gradir.ir import Graph, Value
+from gradir.passes.fusion import NUMPY, FusedProgram, fuse, view_access
+from gradir.primitive import get_primitive
+
+from . import jit
+from .codegen import ModuleBuilder, program_positions
+
+_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+ALIGN = 64
+
+
+def cache_dir() -> pathlib.Path | None:
+    """Where compiled object code is cached (None when GRADIR_CACHE_DIR=off)."""
+    where = os.environ.get("GRADIR_CACHE_DIR", "")
+    if where.lower() in ("off", "0", "none", "false"):
+        return None
+    return pathlib.Path(where) if where else pathlib.Path.home() / ".cache" / "gradir" / "llvm"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gradir")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
+    """The compiled module for `ir_text`, from the disk cache when there (returns it and 'cache' or 'compiled')."""
+    for name in ("sgemm", "dgemm"):
+        jit.add_symbol(f"gradir_blas_{name}", jit.blas_address(name))
+    where = cache_dir()
+    if where is None:
+        return jit.JitModule.from_ir(ir_text), "compiled"
+    key = hashlib.sha256("\0".join([ir_text, _version(), llvmlite.__version__, jit.cpu_key()]).encode()).hexdigest()
+    path = where / f"{key}.o"
+    if path.exists():
+        try:
+            return jit.JitModule.from_object(path.read_bytes()), "cache"
+        except Exception:  # a corrupt or foreign entry: rebuild it
+            pass
+    module = jit.JitModule.from_ir(ir_text)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, module.object_code())
+    except OSError:
+        pass  # an unwritable cache only costs the next process a compile
+    return module, "compiled"
+
+
+def _segments(program: FusedProgram) -> list[list]:
+    """Runs of compiled kernels, split by NumPy fallback kernels (which run between them)."""
+    segments, current = [], []
+    for k in program.kernels:
+        if k.kind == NUMPY:
+            segments.append(current)
+            segments.append(k)
+            current = []
+        else:
+            current.append(k)
+    segments.append(current)
+    return [s for s in segments if s != []]
+
+
+class LLVMCompiled:
+    """A graph compiled to native code; call it with the graph's inputs (a flat list of arrays)."""
+
+    backend = "llvm"
+
+    def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
+        from gradir.passes import lower_composites
+
+        graph = lower_composites(graph)
+        self.graph = graph
+        self.program = fuse(graph, order)
+        p = self.program
+        self.consts = [v for v in dict.fromkeys(a.owner for a in p.access.values()) if v.op == "const"]
+        steps = _segments(p)
+        compiled = [s for s in steps if isinstance(s, list)]
+        mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts)
+        self.module_ir = str(mb.build(compiled))
+        self.jit, self.origin = load_module(self.module_ir)
+        drivers = iter(_DRIVER(self.jit.address(f"gradir_run_{i}")) for i in range(len(compiled)))
+        self.steps = [next(drivers) if isinstance(s, list) else s for s in steps]
+        self.num_slots = mb.num_slots
+        self.slot = mb.slot
+        self.arena_slot = mb.arena_slot
+        self._arena_raw = np.zeros(p.arena_bytes + ALIGN, np.uint8)
+        start = (-self._arena_raw.ctypes.data) % ALIGN
+        self.arena = self._arena_raw[start:start + p.arena_bytes]
+        self._const_arrays = [np.ascontiguousarray(c.attrs["value"]) for c in self.consts]
+        self._slots = np.zeros(self.num_slots, np.uintp)
+        base = len(graph.inputs) + len(graph.outputs)
+        for j, a in enumerate(self._const_arrays):
+            self._slots[base + j] = a.ctypes.data
+        self._slots[self.arena_slot] = self.arena.ctypes.data
+        self._slots_ptr = self._slots.ctypes.data
+        self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
+        self._out_types = [(o.dtype, o.shape) for o in graph.outputs]
+        self._positions = None
+
+    # -- the teaching view
+    @property
+    def source(self) -> str:
+        """The kernel listing (what each kernel covers and moves), then the LLVM IR gradir generated."""
+        return f"{self.listing}\n\n{self.module_ir}"
+
+    @property
+    def listing(self) -> str:
+        return str(self.program)
+
+    @property
+    def optimized_ir(self) -> str | None:
+        return self.jit.optimized_ir
+
+    @property
+    def assembly(self) -> str:
+        if self.jit.optimized_ir is None:  # loaded from the cache: compile the IR again to show it
+            return jit.JitModule.from_ir(self.module_ir).assembly
+        return self.jit.assembly
+
+    # -- running
+    def __call__(self, *args):
+        slots = self._slots
+        ins = []
+        for i, (a, (dt, shape)) in enumerate(zip(args, self._in_types)):
+            a = np.ascontiguousarray(a, dtype=dt)
+            if a.shape != shape:
+                a = a.reshape(shape)
+            ins.append(a)
+            slots[i] = a.ctypes.data
+        outs = [np.empty(shape, dt) for dt, shape in self._out_types]
+        base = len(ins)
+        for j, o in enumerate(outs):
+            slots[base + j] = o.ctypes.data
+        for step in self.steps:
+            if isinstance(step, _DRIVER):
+                status = step(self._slots_ptr)
+                if status:
+                    self._fail(status, ins)
+            else:
+                self._run_numpy(step, ins, outs)
+        for pos, earlier in self.program.output_copies:
+            outs[pos] = outs[earlier].copy()
+        return outs
+
+    def _array(self, u: Value, ins, outs) -> np.ndarray:
+        """A NumPy view of stored value u (for kernels that run on the NumPy reference)."""
+        if u in self.program.immediates:
+            return np.broadcast_to(self.program.immediates[u].attrs["value"], u.shape)
+        acc = self.program.access[u]
+        owner = acc.owner
+        if owner in self.slot:
+            s = self.slot[owner]
+            n_in, n_out = len(ins), len(outs)
+            base = ins[s] if s < n_in else outs[s - n_in] if s < n_in + n_out else self._const_arrays[s - n_in - n_out]
+            base = base.reshape(-1)
+        else:
+            off = self.program.arena_offsets[owner]
+            base = np.ndarray((max(owner.size, 1),), owner.dtype, buffer=self.arena, offset=off)
+        item = base.itemsize
+        return np.lib.stride_tricks.as_strided(base[acc.offset:], u.shape, tuple(s * item for s in acc.strides))
+
+    def _run_numpy(self, k, ins, outs) -> None:
+        n = k.nodes[0]
+        operands = [self._array(u, ins, outs) if u.op != "const" or u.ndim else u.attrs["value"] for u in n.inputs]
+        try:
+            with np.errstate(all="ignore"):
+                result = get_primitive(n.op).impl(*operands, **n.attrs)
+        except (ValueError, IndexError, TypeError, ArithmeticError) as e:
+            raise ExecutionError(f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
+        self._array(n, ins, outs)[...] = np.asarray(result, dtype=n.dtype)
+
+    def _fail(self, status: int, ins) -> None:
+        """A kernel found bad input: the NumPy reference raises the located error for the same inputs."""
+        from gradir.backends.numpy_backend import run
+
+        run(self.graph, ins)
+        if self._positions is None:
+            self._positions = {i: v for v, i in program_positions(self.program).items()}
+        node = self._positions.get(status - 1)
+        raise ExecutionError("index out of range", op=node.op if node is not None else None,
+                             source=node.source if node is not None else None)
+
+
+def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None) -> LLVMCompiled:
+    """Compile `graph` to native code through LLVM; its nodes run in `order` (a schedule) as fused kernels."""
+    return LLVMCompiled(graph, order=order, check=check)
+
+
+__all__ = ["LLVMCompiled", "cache_dir", "compile_graph", "load_module", "view_access"]

@@ -1,0 +1,825 @@
+"""LLVM IR for a fused program: one function per kernel, one driver per run of consecutive kernels.
+
+Every shape is static, so each kernel is a loop nest with constant trip counts and constant
+strides; the driver `gradir_run_<segment>(i8** slots)` calls the kernels of one segment in order and
+returns 0, or the code of the node that found bad input (an out-of-range index: the caller re-runs
+the NumPy reference to raise the located error). Slots are the caller's arrays: graph inputs,
+outputs, array constants, then the arena, at the offsets the fused program planned.
+
+Values are computed in registers of a *compute type*: double for float64, float for float32 and
+for float16/bfloat16 (loaded and stored with conversions, and rounded after every op so results
+match NumPy's, which rounds each op's result too), i64/i32 for integers, i1 for bools.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from gradir import dtypes
+from gradir.ir import Value
+from gradir.passes.aliasing import c_strides
+from gradir.passes.fusion import LOOP, MATMUL, NUMPY, REDUCTIONS, SCATTER, VIEWS, FusedProgram, Kernel
+
+from . import mathlib
+
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
+SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
+
+STORAGE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F16, dtypes.bfloat16: I16,
+           dtypes.int64: I64, dtypes.int32: I32, dtypes.bool_: I8}
+COMPUTE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F32, dtypes.bfloat16: F32,
+           dtypes.int64: I64, dtypes.int32: I32, dtypes.bool_: I1}
+BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
+
+
+def is_float(dt) -> bool:
+    return dtypes.is_float(dt)
+
+
+def node_code(program: FusedProgram, v: Value) -> int:
+    """The error code a kernel returns for node v (its position in the graph + 1)."""
+    return program_positions(program)[v] + 1
+
+
+def program_positions(program: FusedProgram) -> dict[Value, int]:
+    return {v: i for i, v in enumerate(program.graph.all_values())}
+
+
+# -- the module --------------------------------------------------------------------------------------
+
+class ModuleBuilder:
+    """Builds the LLVM module of a fused program (see the module docstring)."""
+
+    def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value]):
+        self.program = program
+        self.module = ir.Module(name=program.graph.name)
+        self.positions = program_positions(program)
+        g = program.graph
+        # slots: inputs, outputs, array constants, arena
+        self.slot: dict[Value, int] = {x: i for i, x in enumerate(g.inputs)}
+        base = len(g.inputs)
+        for j, o in enumerate(output_values):
+            self.slot.setdefault(o, base + j)
+        base += len(output_values)
+        for j, c in enumerate(const_values):
+            self.slot[c] = base + j
+        self.arena_slot = base + len(const_values)
+        self.num_slots = self.arena_slot + 1
+        self._blas: dict[str, ir.Function] = {}
+
+    # storage of a value's owner: (slot, byte offset)
+    def owner_location(self, owner: Value) -> tuple[int, int]:
+        if owner in self.slot:
+            return self.slot[owner], 0
+        return self.arena_slot, self.program.arena_offsets[owner]
+
+    def build(self, segments: list[list[Kernel]]) -> ir.Module:
+        for k in self.program.kernels:
+            if k.kind != NUMPY:
+                self.kernel_function(k)
+        for s, kernels in enumerate(segments):
+            self.driver(s, kernels)
+        return self.module
+
+    def kernel_params(self, k: Kernel) -> list[Value]:
+        """The distinct buffers kernel k touches: owners of what it reads, then what it writes."""
+        owners: list[Value] = []
+        seen = set()
+        for u in k.inputs:
+            o = self.program.access[u].owner
+            if o not in seen:
+                seen.add(o)
+                owners.append(o)
+        for v in k.stored:
+            o = self.program.access[v].owner
+            if o not in seen:
+                seen.add(o)
+                owners.append(o)
+        return owners
+
+    def kernel_function(self, k: Kernel) -> ir.Function:
+        params = self.kernel_params(k)
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(params)), name=k.name)
+        fn.linkage = "internal"
+        for a in fn.args:
+            a.add_attribute("noalias")
+        emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel}[k.kind]
+        emit(self, k, fn, dict(zip(params, fn.args))).emit()
+        return fn
+
+    def driver(self, s: int, kernels: list[Kernel]) -> None:
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=f"gradir_run_{s}")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        slots = fn.args[0]
+        loaded: dict[int, ir.Value] = {}
+
+        def pointer(owner):
+            slot, offset = self.owner_location(owner)
+            if slot not in loaded:
+                loaded[slot] = b.load(b.gep(slots, [ir.Constant(I64, slot)], source_etype=PTR), typ=PTR)
+            return b.gep(loaded[slot], [ir.Constant(I64, offset)], source_etype=I8) if offset else loaded[slot]
+
+        for k in kernels:
+            callee = self.module.get_global(k.name)
+            status = b.call(callee, [pointer(o) for o in self.kernel_params(k)])
+            failed = b.icmp_signed("!=", status, ir.Constant(I32, 0))
+            with b.if_then(failed, likely=False):
+                b.ret(status)
+        b.ret(ir.Constant(I32, 0))
+
+    def blas(self, name: str) -> ir.Function:
+        if name not in self._blas:
+            fnty = ir.FunctionType(ir.VoidType(), [PTR] * 13)
+            self._blas[name] = ir.Function(self.module, fnty, name=f"gradir_blas_{name}")
+        return self._blas[name]
+
+
+# -- values ------------------------------------------------------------------------------------------
+
+class Emitter:
+    """Shared by the kernel emitters: loads, stores, conversions and elementwise ops."""
+
+    def __init__(self, mb: ModuleBuilder, k: Kernel, fn: ir.Function, buffers: dict[Value, ir.Value]):
+        self.mb, self.k, self.fn, self.buffers = mb, k, fn, buffers
+        self.program = mb.program
+        self.module = mb.module
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+        self.err = self.b.alloca(I32, name="err")
+        self.b.store(ir.Constant(I32, 0), self.err)
+
+    # -- memory
+    def element_ptr(self, owner: Value, index: ir.Value):
+        return self.b.gep(self.buffers[owner], [index], source_etype=STORAGE[owner.dtype], inbounds=True)
+
+    def load_at(self, owner: Value, index: ir.Value, dt) -> ir.Value:
+        raw = self.b.load(self.element_ptr(owner, index), typ=STORAGE[dt])
+        return self.from_storage(raw, dt)
+
+    def store_at(self, owner: Value, index: ir.Value, value: ir.Value, dt) -> None:
+        self.b.store(self.to_storage(value, dt), self.element_ptr(owner, index))
+
+    def from_storage(self, raw, dt):
+        b = self.b
+        if dt == dtypes.float16:
+            return b.fpext(raw, F32)
+        if dt == dtypes.bfloat16:
+            return b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+        if dt == dtypes.bool_:
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        return raw
+
+    def to_storage(self, value, dt):
+        b = self.b
+        if dt == dtypes.float16:
+            return b.fptrunc(value, F16)
+        if dt == dtypes.bfloat16:  # round to nearest even on the bits; NaN stays a quiet NaN
+            bits = b.bitcast(value, I32)
+            lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+            rounded = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
+            nan = b.fcmp_unordered("uno", value, value)
+            return b.trunc(b.select(nan, ir.Constant(I32, 0x7FC0), rounded), I16)
+        if dt == dtypes.bool_:
+            return b.zext(value, I8)
+        return value
+
+    def round_low_precision(self, value, dt):
+        """float16/bfloat16 values are computed in float but rounded after every op, as NumPy does."""
+        if dt in (dtypes.float16, dtypes.bfloat16):
+            return self.from_storage(self.to_storage(value, dt), dt)
+        return value
+
+    def constant(self, value, dt):
+        ty = COMPUTE[dt]
+        if dt == dtypes.bool_:
+            return ir.Constant(I1, int(bool(value)))
+        if is_float(dt):
+            return ir.Constant(ty, float(value))
+        return ir.Constant(ty, int(value))
+
+    def intrinsic(self, name, ty, args):
+        fn = self.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * len(args)))
+        return self.b.call(fn, args)
+
+    def flag_error(self, bad: ir.Value, node: Value) -> None:
+        """Record (branch-free) that `node` met bad input; the kernel returns its code at the end."""
+        code = ir.Constant(I32, node_code(self.program, node))
+        old = self.b.load(self.err, typ=I32)
+        self.b.store(self.b.select(bad, code, old), self.err)
+
+    def finish(self) -> None:
+        self.b.ret(self.b.load(self.err, typ=I32))
+
+    # -- loops
+    def loop_begin(self, n: int, name: str = "i"):
+        b = self.b
+        pre = b.block
+        header = self.fn.append_basic_block(f"{name}.body")
+        after = self.fn.append_basic_block(f"{name}.end")
+        b.branch(header if n > 0 else after)  # an empty loop's body stays, unreachable
+        b.position_at_end(header)
+        phi = b.phi(I64, name=name)
+        if n > 0:
+            phi.add_incoming(ir.Constant(I64, 0), pre)
+        return _Loop(phi, header, after, n)
+
+    def loop_end(self, loop: _Loop) -> None:
+        b = self.b
+        nxt = b.add(loop.index, ir.Constant(I64, 1), flags=["nuw", "nsw"])
+        loop.index.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_unsigned("<", nxt, ir.Constant(I64, max(loop.n, 1))), loop.header, loop.after)
+        b.position_at_end(loop.after)
+
+    # -- elementwise ops
+    def elementwise(self, n: Value, xs: list[ir.Value]) -> ir.Value:
+        b, op = self.b, n.op
+        dt = n.inputs[0].dtype if n.inputs else n.dtype
+        fl = is_float(dt)
+        ty = COMPUTE[dt]
+        if op in ("stop_gradient", "check_classes"):
+            return xs[0]
+        if op == "convert":
+            return self.convert(xs[0], dt, n.dtype)
+        if op in mathlib.FUNCTIONS:
+            return self.round_low_precision(b.call(mathlib.function(self.module, op, ty), [xs[0]]), n.dtype)
+        x = xs[0]
+        y = xs[1] if len(xs) > 1 else None
+        zero = ir.Constant(ty, 0.0 if fl else 0)
+        if op == "negative":
+            r = b.fneg(x) if fl else b.sub(zero, x)
+        elif op == "relu":
+            r = b.select(b.fcmp_ordered("<", x, zero) if fl else b.icmp_signed("<", x, zero), zero, x)
+        elif op == "sqrt":
+            r = self.intrinsic("llvm.sqrt", ty, [x])
+        elif op == "rsqrt":
+            r = b.fdiv(ir.Constant(ty, 1.0), self.intrinsic("llvm.sqrt", ty, [x]))
+        elif op == "abs":
+            r = self.intrinsic("llvm.fabs", ty, [x]) if fl else b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        elif op == "sign":
+            one, minus = ir.Constant(ty, 1.0 if fl else 1), ir.Constant(ty, -1.0 if fl else -1)
+            if fl:
+                r = b.select(b.fcmp_ordered(">", x, zero), one, b.select(b.fcmp_ordered("<", x, zero), minus,
+                             b.select(b.fcmp_ordered("==", x, zero), zero, x)))
+            else:
+                r = b.select(b.icmp_signed(">", x, zero), one, b.select(b.icmp_signed("<", x, zero), minus, zero))
+        elif op in ("add", "subtract", "multiply"):
+            if dt == dtypes.bool_:
+                r = {"add": b.or_, "multiply": b.and_, "subtract": b.xor}[op](x, y)
+            elif fl:
+                r = {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul}[op](x, y)
+            else:
+                r = {"add": b.add, "subtract": b.sub, "multiply": b.mul}[op](x, y)
+        elif op == "divide":
+            r = b.fdiv(x, y)
+        elif op == "power":
+            if fl:
+                r = b.call(mathlib.pow_function(self.module, ty), [x, y])
+            else:
+                r = b.fptosi(b.call(mathlib.pow_function(self.module, F64), [b.sitofp(x, F64), b.sitofp(y, F64)]), ty)
+        elif op in ("maximum", "minimum"):
+            if fl:
+                r = self.intrinsic(f"llvm.{op}", ty, [x, y])
+            else:
+                cmp = b.icmp_signed(">" if op == "maximum" else "<", x, y) if dt != dtypes.bool_ else \
+                    b.icmp_unsigned(">" if op == "maximum" else "<", x, y)
+                r = b.select(cmp, x, y)
+        elif op in COMPARISONS:
+            sym = COMPARISONS[op]
+            if fl:
+                r = b.fcmp_unordered("!=", x, y) if op == "not_equal" else b.fcmp_ordered(sym, x, y)
+            elif dt == dtypes.bool_:
+                r = b.icmp_unsigned(sym, x, y)
+            else:
+                r = b.icmp_signed(sym, x, y)
+        elif op == "remainder":
+            r = self.remainder(x, y, fl, ty)
+        elif op in ("logical_and", "logical_or"):
+            x, y = self.truth(x, dt), self.truth(y, dt)
+            r = b.and_(x, y) if op == "logical_and" else b.or_(x, y)
+        elif op == "logical_not":
+            r = b.xor(self.truth(x, dt), ir.Constant(I1, 1))
+        elif op == "where":
+            r = b.select(self.truth(x, n.inputs[0].dtype), xs[1], xs[2])
+        else:
+            raise NotImplementedError(op)
+        return self.round_low_precision(r, n.dtype)
+
+    def truth(self, x, dt):
+        if dt == dtypes.bool_:
+            return x
+        if is_float(dt):
+            return self.b.fcmp_unordered("!=", x, ir.Constant(COMPUTE[dt], 0.0))
+        return self.b.icmp_signed("!=", x, ir.Constant(COMPUTE[dt], 0))
+
+    def remainder(self, x, y, fl, ty):
+        """NumPy's floored remainder: the result takes the divisor's sign (x % 0 is NaN, or 0 for integers)."""
+        b = self.b
+        zero = ir.Constant(ty, 0.0 if fl else 0)
+        if fl:
+            r = b.frem(x, y)
+            fix = b.and_(b.fcmp_ordered("!=", r, zero),
+                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
+            r = b.select(fix, b.fadd(r, y), r)
+            # an exact zero takes the divisor's sign, as in NumPy
+            return b.select(b.fcmp_ordered("==", r, zero), self.intrinsic("llvm.copysign", ty, [zero, y]), r)
+        safe = b.select(b.or_(b.icmp_signed("==", y, zero), b.icmp_signed("==", y, ir.Constant(ty, -1))),
+                        ir.Constant(ty, 1), y)
+        r = b.srem(x, safe)
+        fix = b.and_(b.icmp_signed("!=", r, zero), b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", safe, zero)))
+        r = b.select(fix, b.add(r, safe), r)
+        return b.select(b.icmp_signed("==", y, zero), zero, r)
+
+    def convert(self, x, src, dst):
+        b = self.b
+        s, d = COMPUTE[src], COMPUTE[dst]
+        if dst == dtypes.bool_:
+            return self.truth(x, src)
+        if is_float(dst):
+            if src == dtypes.bool_:
+                r = b.uitofp(x, d)
+            elif not is_float(src):
+                r = b.sitofp(x, d)
+            elif s == d:
+                r = x
+            else:
+                r = b.fpext(x, d) if d == F64 else b.fptrunc(x, d)
+            return self.round_low_precision(r, dst)
+        if src == dtypes.bool_:
+            return b.zext(x, d)
+        if is_float(src):  # truncation toward zero; NaN and out-of-range saturate instead of being undefined
+            return self.intrinsic_2("llvm.fptosi.sat", d, s, [x])
+        if s.width == d.width:
+            return x
+        return b.sext(x, d) if d.width > s.width else b.trunc(x, d)
+
+    def intrinsic_2(self, name, ret, arg, args):
+        fn = self.module.declare_intrinsic(name, [ret, arg], ir.FunctionType(ret, [arg]))
+        return self.b.call(fn, args)
+
+
+COMPARISONS = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",
+               "not_equal": "!="}
+
+
+class _Loop:
+    def __init__(self, index, header, after, n):
+        self.index, self.header, self.after, self.n = index, header, after, n
+
+
+# -- loop kernels ------------------------------------------------------------------------------------
+
+def reduction_identity(op: str, dt):
+    if op == "sum":
+        return 0
+    if is_float(dt):
+        return -math.inf if op in ("max", "argmax") else math.inf
+    if dt == dtypes.bool_:
+        return op in ("min", "argmin")
+    info = np.iinfo(dt)
+    return info.min if op in ("max", "argmax") else info.max
+
+
+class LoopKernel(Emitter):
+    """A fused loop nest: outer loops over the row axes, then one loop nest per pass over the inner axes."""
+
+    def emit(self):
+        k, b = self.k, self.b
+        self.immediates = self.program.immediates
+        r = len(k.domain)
+        outer = k.outer if k.outer is not None else 0
+        self.groups_outer = self.merge_axes(range(0, outer))
+        self.groups_inner = self.merge_axes(range(outer, r))
+        self.coords: dict[int, ir.Value] = {}   # merged group leader -> loop index
+        self.acc_slots = {n: b.alloca(COMPUTE[n.dtype], name=f"acc{i}") for i, n in enumerate(k.nodes)
+                          if n.op in REDUCTIONS or n.op in ("argmax", "argmin")}
+        self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
+        for n in k.accumulated:  # memory accumulators start at the reduction's identity
+            self.fill(n, reduction_identity(n.op, n.dtype))
+        loops = [self.loop_begin(size, f"o{g[0]}") for g, size in self.groups_outer]
+        for (g, _), lp in zip(self.groups_outer, loops):
+            self.coords[g[0]] = lp.index
+        self.rows: dict[Value, ir.Value] = {}
+        self.emit_rows(0)
+        for p in range(k.num_passes):
+            self.emit_pass(p)
+            self.emit_rows(p + 1)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()
+
+    # axes that every access walks contiguously merge into one loop (fewer, longer, vectorizable loops)
+    def merge_axes(self, axes) -> list[tuple[list[int], int]]:
+        axes = list(axes)
+        vectors = self.stride_vectors()
+        groups: list[list[int]] = []
+        for d in axes:
+            if groups:
+                last = groups[-1][-1]
+                if all(v[last] == v[d] * self.k.domain[d] for v in vectors):
+                    groups[-1].append(d)
+                    continue
+            groups.append([d])
+        self.group_of = getattr(self, "group_of", {})
+        out = []
+        for g in groups:
+            for d in g:
+                self.group_of[d] = g
+            out.append((g, math.prod(self.k.domain[d] for d in g)))
+        return out
+
+    def stride_vectors(self) -> list[list[int]]:
+        """Per memory access of the kernel, its element stride along each domain axis."""
+        k, r = self.k, len(self.k.domain)
+        out = []
+        for n in k.nodes:
+            m = k.maps[n]
+            if n in k.stored or n in k.accumulated:
+                strides = c_strides(k.domain, 1) if n in k.copies else self.mapped(c_strides(n.shape, 1), m, r)
+                out.append(strides)
+            for u, um in self.buffer_reads(n):
+                if u in self.program.access:
+                    out.append(self.mapped(self.program.access[u].strides, um, r))
+            if n.op == "take":
+                x, axis = n.inputs[0], n.attrs["axis"]
+                acc = self.program.access[x]
+                idx_nd = n.inputs[1].ndim
+                xs = list(acc.strides[:axis]) + [0] * idx_nd + list(acc.strides[axis + 1:])
+                out.append(self.mapped(xs, m, r))
+        if any(n.op in ("argmax", "argmin") for n in k.nodes):
+            out.append(c_strides(k.domain, 1))
+        return out
+
+    @staticmethod
+    def mapped(strides, m, r) -> list[int]:
+        v = [0] * r
+        for s, d in zip(strides, m):
+            if d is not None:
+                v[d] += s
+        return v
+
+    def buffer_reads(self, n: Value):
+        """(operand, axis map) for each operand n reads from memory."""
+        k = self.k
+        if n in k.copies:
+            return [(k.copies[n], tuple(range(len(k.domain))))]
+        m = k.maps[n]
+        if n.op == "take":
+            axis, idx = n.attrs["axis"], n.inputs[1]
+            pairs = [(idx, m[axis:axis + idx.ndim])]
+        elif n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
+            pairs = [(n.inputs[0], tuple(range(len(k.domain))))]
+        else:
+            pairs = [(u, m) for u in n.inputs]
+        return [(u, um) for u, um in pairs if self.is_buffer_read(u)]
+
+    def is_buffer_read(self, u: Value) -> bool:
+        if u in self.immediates or u.op == "const" and not u.ndim:
+            return False
+        return self.producer(u) is None
+
+    def producer(self, u: Value) -> Value | None:
+        k = self.k
+        while u not in k.maps and u.op in VIEWS:
+            u = u.inputs[0]
+        return u if u in k.maps else None
+
+    def index(self, strides_by_domain: list[int], offset: int = 0) -> ir.Value:
+        """offset + sum of loop index * stride over merged groups (each group's stride is its last axis's)."""
+        b = self.b
+        total = ir.Constant(I64, offset)
+        seen = set()
+        for d, s in enumerate(strides_by_domain):
+            g = self.group_of[d]
+            if id(g) in seen:
+                continue
+            seen.add(id(g))
+            s = strides_by_domain[g[-1]]
+            if s == 0 or g[0] not in self.coords:
+                continue
+            term = self.coords[g[0]] if s == 1 else b.mul(self.coords[g[0]], ir.Constant(I64, s), flags=["nsw"])
+            total = term if offset == 0 and total.__class__ is ir.Constant and total.constant == 0 else \
+                b.add(total, term, flags=["nsw"])
+        return total
+
+    def fill(self, n: Value, value) -> None:
+        owner = self.program.access[n].owner
+        lp = self.loop_begin(max(n.size, 1), "fill")
+        self.store_at(owner, lp.index, self.constant(value, n.dtype), n.dtype)
+        self.loop_end(lp)
+
+    # -- values
+    def value(self, u: Value, want: tuple, memo: dict) -> ir.Value:
+        """Operand u (read with axis map `want`) at the current loop point."""
+        if u in self.immediates or u.op == "const" and not u.ndim:
+            c = self.immediates.get(u, u)
+            return self.constant(c.attrs["value"].item(), u.dtype)
+        p = self.producer(u)
+        if p is None:
+            acc = self.program.access[u]
+            return self.load_at(acc.owner, self.index(self.mapped(acc.strides, want, len(self.k.domain)), acc.offset),
+                                u.dtype)
+        if p in self.rows:
+            return self.rows[p]
+        return self.compute(p, memo)
+
+    def compute(self, n: Value, memo: dict) -> ir.Value:
+        if n in memo:
+            return memo[n]
+        k = self.k
+        m = k.maps[n]
+        if n in k.copies:
+            v = self.value(k.copies[n], tuple(range(len(k.domain))), memo)
+        elif n.op == "take":
+            v = self.gather(n, memo)
+        elif n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
+            raise AssertionError("reductions are read from rows")
+        else:
+            xs = [self.value(u, m, memo) for u in n.inputs]
+            if n.op == "check_classes":
+                self.check_classes(n, xs[0])
+            v = self.elementwise(n, xs)
+        memo[n] = v
+        return v
+
+    def gather(self, n: Value, memo) -> ir.Value:
+        b, k = self.b, self.k
+        x, idx = n.inputs
+        axis, m = n.attrs["axis"], k.maps[n]
+        i = self.value(idx, m[axis:axis + idx.ndim], memo)
+        i = b.sext(i, I64) if i.type.width < 64 else i
+        size = x.shape[axis]
+        i = b.select(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.add(i, ir.Constant(I64, size)), i)
+        bad = b.or_(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.icmp_signed(">=", i, ir.Constant(I64, size)))
+        self.flag_error(bad, n)
+        i = b.select(bad, ir.Constant(I64, 0), i)
+        acc = self.program.access[x]
+        xm = tuple(m[:axis]) + tuple(m[axis + idx.ndim:])
+        rest = list(acc.strides[:axis]) + list(acc.strides[axis + 1:])
+        base = self.index(self.mapped(rest, xm, len(k.domain)), acc.offset)
+        at = b.add(base, b.mul(i, ir.Constant(I64, acc.strides[axis])))
+        return self.load_at(acc.owner, at, x.dtype)
+
+    def check_classes(self, n: Value, i: ir.Value) -> None:
+        b = self.b
+        size, ignore = n.attrs["size"], n.attrs["ignore"]
+        ty = i.type
+        bad = b.or_(b.icmp_signed("<", i, ir.Constant(ty, 0)), b.icmp_signed(">=", i, ir.Constant(ty, size)))
+        if ignore is not None:
+            bad = b.and_(bad, b.icmp_signed("!=", i, ir.Constant(ty, ignore)))
+        self.flag_error(bad, n)
+
+    def store_value(self, n: Value, v: ir.Value) -> None:
+        k = self.k
+        strides = c_strides(k.domain, 1) if n in k.copies else self.mapped(c_strides(n.shape, 1), k.maps[n], len(k.domain))
+        self.store_at(self.program.access[n].owner, self.index(list(strides)), v, n.dtype)
+
+    # -- row values: computed once per outer index, between passes
+    def emit_rows(self, after: int) -> None:
+        k = self.k
+        memo: dict = {}
+        for n in k.nodes:
+            if n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
+                if n not in k.accumulated and k.row_after.get(n) == after:
+                    v = self.b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+                    v = self.round_low_precision(v, n.dtype)
+                    self.rows[n] = v
+                    if n in k.stored:
+                        self.store_value(n, v)
+            elif k.row_after.get(n) == after and n in k.row_after:
+                v = self.compute(n, memo)
+                self.rows[n] = v
+                if n in k.stored:
+                    self.store_value(n, v)
+        if after < k.num_passes:  # the accumulators of the next pass start at their identity
+            for n in k.nodes:
+                if n in self.acc_slots and n not in k.accumulated and k.passes.get(n) == after:
+                    self.b.store(self.constant(reduction_identity(n.op, n.dtype), n.dtype), self.acc_slots[n])
+                    if n in self.arg_slots:
+                        x = n.inputs[0]
+                        self.b.store(self.constant(reduction_identity(n.op, x.dtype), x.dtype), self.arg_slots[n])
+
+    def emit_pass(self, p: int) -> None:
+        k = self.k
+        loops = [self.loop_begin(size, f"p{p}i{g[0]}") for g, size in self.groups_inner]
+        for (g, _), lp in zip(self.groups_inner, loops):
+            self.coords[g[0]] = lp.index
+        memo: dict = {}
+        full = tuple(range(len(k.domain)))
+        for n in k.nodes:
+            if k.passes.get(n) != p or n in k.row_after and n.op not in REDUCTIONS and n.op not in ("argmax", "argmin"):
+                continue
+            if n.op in REDUCTIONS:
+                x = self.value(n.inputs[0], full, memo)
+                self.accumulate(n, x)
+            elif n.op in ("argmax", "argmin"):
+                self.arg_step(n, self.value(n.inputs[0], full, memo))
+            elif n in k.stored:
+                self.store_value(n, self.compute(n, memo))
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        for g, _ in self.groups_inner:
+            self.coords.pop(g[0], None)
+
+    def combine(self, op: str, dt, acc, x):
+        b = self.b
+        if op == "sum":
+            if dt == dtypes.bool_:
+                return b.or_(acc, x)
+            return b.fadd(acc, x, flags=REASSOC) if is_float(dt) else b.add(acc, x)
+        if is_float(dt):
+            return self.intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", COMPUTE[dt], [acc, x])
+        cmp = (b.icmp_unsigned if dt == dtypes.bool_ else b.icmp_signed)(">" if op == "max" else "<", x, acc)
+        return b.select(cmp, x, acc)
+
+    def accumulate(self, n: Value, x: ir.Value) -> None:
+        xd = n.inputs[0].dtype
+        if n.op == "sum" and xd != n.dtype:  # bool / int32 sums accumulate in int64, as NumPy
+            x = self.convert(x, xd, n.dtype)
+        if n in self.k.accumulated:
+            acc = self.program.access[n]
+            at = self.index(self.mapped(c_strides(n.shape, 1), self.k.maps[n], len(self.k.domain)))
+            old = self.load_at(acc.owner, at, n.dtype)
+            self.store_at(acc.owner, at, self.combine(n.op, n.dtype, old, x), n.dtype)
+        else:
+            old = self.b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+            self.b.store(self.combine(n.op, n.dtype, old, x), self.acc_slots[n])
+
+    def arg_step(self, n: Value, x: ir.Value) -> None:
+        """argmax/argmin: the first index of the extreme value (of the first NaN, if any), as NumPy."""
+        b = self.b
+        dt = n.inputs[0].dtype
+        best = b.load(self.arg_slots[n], typ=COMPUTE[dt])
+        if is_float(dt):
+            better = b.fcmp_ordered(">" if n.op == "argmax" else "<", x, best)
+            better = b.or_(better, b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", best, best)))
+        else:
+            better = (b.icmp_unsigned if dt == dtypes.bool_ else b.icmp_signed)(">" if n.op == "argmax" else "<", x, best)
+        outer = self.k.outer
+        inner_strides = [0] * outer + list(c_strides(self.k.domain[outer:], 1))
+        i = self.index(inner_strides)
+        # the first element always wins (so an all -inf row gives 0); later ones only if strictly better
+        first = b.icmp_unsigned("==", i, ir.Constant(I64, 0))
+        better = b.or_(better, first)
+        b.store(b.select(better, x, best), self.arg_slots[n])
+        old = b.load(self.acc_slots[n], typ=I64)
+        b.store(b.select(better, i, old), self.acc_slots[n])
+
+
+# -- matmul --------------------------------------------------------------------------------------------
+
+class MatmulKernel(Emitter):
+    """C = A @ B with NumPy's matmul shapes: BLAS gemm per batch element when the operands are
+    strided matrices (transposes become BLAS flags), else a loop."""
+
+    def emit(self):
+        n = self.k.nodes[0]
+        a, bv = n.inputs
+        A, B = self.program.access[a], self.program.access[bv]
+        ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
+        bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
+        M, K = ash[-2:]
+        N = bsh[-1]
+        batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
+        nb = len(batch)
+
+        def batch_strides(shape, strides):
+            lead = nb - (len(shape) - 2)
+            return [0] * lead + [0 if sh == 1 and bb != 1 else st
+                                 for sh, st, bb in zip(shape[:-2], strides[:-2], batch[lead:])]
+        self.dims = (M, N, K)
+        self.a_batch, self.b_batch = batch_strides(ash, ast), batch_strides(bsh, bst)
+        self.c_batch = list(c_strides(batch + (M, N), 1))[:nb]
+        self.a_mat, self.b_mat = ast[-2:], bst[-2:]
+        self.A, self.B, self.C = A, B, self.program.access[n]
+        self.n = n
+        loops = [self.loop_begin(s, f"b{d}") for d, s in enumerate(batch)]
+        idx = [lp.index for lp in loops]
+        offs = [self.batch_offset(idx, s, acc.offset) for s, acc in
+                ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
+        gemm = BLAS_GEMM.get(n.dtype)
+        la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
+        if gemm and la and lb and M * N * K >= SMALL_MATMUL:
+            self.call_gemm(gemm, la, lb, *offs)
+        else:
+            self.loop_matmul(*offs)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()
+
+    def batch_offset(self, idx, strides, offset):
+        total = ir.Constant(I64, offset)
+        for i, s in zip(idx, strides):
+            if s:
+                total = self.b.add(total, self.b.mul(i, ir.Constant(I64, s)))
+        return total
+
+    def call_gemm(self, gemm, la, lb, a_off, b_off, c_off):
+        """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A)."""
+        b = self.b
+        M, N, K = self.dims
+        dt = self.n.dtype
+        ty = COMPUTE[dt]
+
+        def cell(ty_, value):
+            p = b.alloca(ty_)
+            b.store(ir.Constant(ty_, value), p)
+            return p
+        opa, lda = la
+        opb, ldb = lb
+        args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M), cell(I32, K), cell(ty, 1.0),
+                self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
+                cell(I32, lda), cell(ty, 0.0), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
+        b.call(self.mb.blas(gemm), args)
+
+    def loop_matmul(self, a_off, b_off, c_off):
+        b = self.b
+        M, N, K = self.dims
+        dt = self.n.dtype
+        sam, sak = self.a_mat
+        sbk, sbn = self.b_mat
+        li = self.loop_begin(M, "m")
+        lj = self.loop_begin(N, "n")
+        slot = self.entry_alloca(COMPUTE[dt])
+        b.store(self.constant(0, dt), slot)
+        lk = self.loop_begin(K, "k")
+        ai = b.add(a_off, b.add(b.mul(li.index, ir.Constant(I64, sam)), b.mul(lk.index, ir.Constant(I64, sak))))
+        bi = b.add(b_off, b.add(b.mul(lk.index, ir.Constant(I64, sbk)), b.mul(lj.index, ir.Constant(I64, sbn))))
+        x = self.load_at(self.A.owner, ai, self.n.inputs[0].dtype)
+        y = self.load_at(self.B.owner, bi, self.n.inputs[1].dtype)
+        old = b.load(slot, typ=COMPUTE[dt])
+        if is_float(dt):
+            new = b.fadd(old, b.fmul(x, y), flags=REASSOC)
+        elif dt == dtypes.bool_:
+            new = b.or_(old, b.and_(x, y))
+        else:
+            new = b.add(old, b.mul(x, y))
+        b.store(new, slot)
+        self.loop_end(lk)
+        ci = b.add(c_off, b.add(b.mul(li.index, ir.Constant(I64, N)), lj.index))
+        self.store_at(self.C.owner, ci, self.round_low_precision(b.load(slot, typ=COMPUTE[dt]), dt), dt)
+        self.loop_end(lj)
+        self.loop_end(li)
+
+    def entry_alloca(self, ty):
+        with self.b.goto_block(self.entry):
+            self.b.position_at_start(self.entry)
+            return self.b.alloca(ty)
+
+
+def blas_layout(rows: int, cols: int, s_row: int, s_col: int):
+    """('N'|'T', leading dimension) for passing a row-major-indexed matrix to column-major gemm, or None."""
+    if cols == 1:
+        s_col = 1
+    if rows == 1:
+        s_row = max(cols, 1)
+    if s_col == 1 and s_row >= max(cols, 1):
+        return "N", s_row
+    if s_row == 1 and s_col >= max(rows, 1):
+        return "T", s_col
+    return None
+
+
+# -- scatter-add ----------------------------------------------------------------------------------------
+
+class ScatterKernel(Emitter):
+    """index_add: zeros, then out[..., idx[j] mod size, ...] += g[..., j, ...] over g's elements in order."""
+
+    def emit(self):
+        b = self.b
+        n = self.k.nodes[0]
+        g, idx = n.inputs
+        axis, size = n.attrs["axis"], n.attrs["size"]
+        out = self.program.access[n].owner
+        lp = self.loop_begin(max(n.size, 1), "zero")
+        self.store_at(out, lp.index, self.constant(0, n.dtype), n.dtype)
+        self.loop_end(lp)
+        G, I = self.program.access[g], self.program.access[idx]
+        loops = [self.loop_begin(s, f"g{d}") for d, s in enumerate(g.shape)]
+        c = [lp.index for lp in loops]
+
+        def lin(coords, strides, offset=0):
+            total = ir.Constant(I64, offset)
+            for i, s in zip(coords, strides):
+                if s:
+                    total = b.add(total, b.mul(i, ir.Constant(I64, s)))
+            return total
+        j = self.load_at(I.owner, lin(c[axis:axis + idx.ndim], I.strides, I.offset), idx.dtype)
+        j = b.sext(j, I64) if j.type.width < 64 else j
+        sz = ir.Constant(I64, size)
+        j = b.srem(j, sz)
+        j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+        oc = c[:axis] + [j] + c[axis + idx.ndim:]
+        at = lin(oc, c_strides(n.shape, 1))
+        x = self.load_at(G.owner, lin(c, G.strides, G.offset), g.dtype)
+        old = self.load_at(out, at, n.dtype)
+        new = b.fadd(old, x) if is_float(n.dtype) else b.add(old, x)
+        self.store_at(out, at, self.round_low_precision(new, n.dtype), n.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()

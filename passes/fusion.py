@@ -1,0 +1,537 @@
+"""Fusion: which IR nodes run together as one kernel, decided once for every compiled backend.
+
+The result is a `FusedProgram`: kernels in execution order, each covering some nodes of the graph.
+
+- ``loop``: a loop nest over a *domain* (a shape). Elementwise ops, in-register views (broadcasts,
+  unit-axis reshapes) and gathers (`take`) compute one element per domain point. A *row* reduction
+  (over the domain's trailing axes) splits the domain into outer axes and inner axes: the kernel
+  runs, for every outer index, one or more *passes* over the inner axes, and row values (the
+  reduction results and elementwise ops on them) live in registers between passes. So softmax is
+  one kernel of two passes: max and sum of exp in the first, the normalized output in the second
+  (an inner value needed in a later pass is recomputed there, not stored). Any other reduction
+  (e.g. a bias gradient summing over the batch axis) accumulates into its output buffer as the
+  nest runs; its result can be read only by later kernels.
+- ``matmul``: one matmul, run by BLAS (operand transposes become BLAS flags).
+- ``scatter``: `index_add` (the backward of a gather).
+- ``numpy``: a node no compiled backend lowers (complex values, convolution folding, ...); it runs
+  on the NumPy reference, and the listing says so.
+
+Views (`broadcast_to`, `transpose`, `slice`, `reshape`, `stop_gradient`) of values in memory cost
+nothing: readers address the buffer they view with composed strides. A reshape NumPy could not
+do without a copy becomes a copy loop. Graph outputs that are views (or inputs) are copied out.
+
+Every value that leaves its kernel (read by another kernel or returned) is *materialized*: it gets
+a contiguous buffer, in the arena (placed by passes.memory's best-fit planner over kernel steps)
+or in the caller's output array. `str(program)` is the kernel listing a learner reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gradir import dtypes
+from gradir.ir import Graph, Value
+from gradir.passes.aliasing import c_strides, nocopy_reshape
+from gradir.passes.memory import Buffer, best_fit
+from gradir.passes.report import human_bytes
+from gradir.primitive import get_primitive
+
+LOOP, MATMUL, SCATTER, NUMPY = "loop", "matmul", "scatter", "numpy"
+VIEWS = frozenset({"broadcast_to", "transpose", "slice", "reshape", "stop_gradient"})
+REDUCTIONS = frozenset({"sum", "max", "min"})
+ARG_REDUCTIONS = frozenset({"argmax", "argmin"})  # row reductions only (over trailing axes)
+LOOP_OPS = frozenset({"take", "check_classes"}) | ARG_REDUCTIONS  # non-elementwise ops a loop computes
+NUMPY_ONLY = frozenset({"real", "imag", "pad", "concatenate", "update_slice", "index_update", "unfold", "fold",
+                        "cross_entropy", "batch_norm"})
+LOWERED_DTYPES = frozenset({dtypes.float64, dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int64,
+                            dtypes.int32, dtypes.bool_})
+
+
+@dataclass(frozen=True)
+class Access:
+    """Where a value's elements are in memory: element (offset + sum(index * strides)) of `owner`'s buffer."""
+
+    owner: Value
+    offset: int
+    strides: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One kernel: the graph nodes it computes, and for loops, the domain and each value's axis map.
+
+    `maps[v]` gives, per axis of value v, the domain axis it runs along (None for a size-1 axis).
+    `outer` is the number of outer domain axes once a row reduction fixed it (None: no row
+    reduction, the whole domain is one pass). `passes[v]` is the pass an inner value is computed
+    in; row values get `row_after[v]`, the number of passes that must finish before them.
+    """
+
+    index: int
+    kind: str
+    nodes: list[Value] = field(default_factory=list)
+    domain: tuple[int, ...] = ()
+    outer: int | None = None
+    maps: dict[Value, tuple] = field(default_factory=dict)
+    accumulated: set[Value] = field(default_factory=set)  # reductions accumulating into memory
+    copies: dict[Value, Value] = field(default_factory=dict)  # copy node -> the value whose access it loads
+    inputs: list[Value] = field(default_factory=list)   # values read from memory (views included)
+    outputs: list[Value] = field(default_factory=list)  # values written to memory
+    stored: set[Value] = field(default_factory=set)      # the same, for membership tests
+    passes: dict[Value, int] = field(default_factory=dict)
+    row_after: dict[Value, int] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"k{self.index}"
+
+    @property
+    def num_passes(self) -> int:
+        return max(self.passes.values(), default=0) + 1
+
+    def is_row(self, v: Value) -> bool:
+        """A row value: constant along the inner axes, computed once per outer index."""
+        return self.outer is not None and all(d is None or d < self.outer for d in self.maps[v])
+
+
+@dataclass
+class FusedProgram:
+    """Kernels in execution order, the storage of every materialized value, and the arena plan."""
+
+    graph: Graph
+    kernels: list[Kernel]
+    access: dict[Value, Access]          # materialized values and views of them
+    immediates: dict[Value, Value]       # views of 0-d constants -> the constant
+    arena_offsets: dict[Value, int]      # bytes, for values living in the arena
+    arena_bytes: int
+    peak_bytes: int
+    live_bytes: list[int]                # arena bytes live during each kernel
+    output_copies: list[tuple[int, int]]  # (position, earlier position) of outputs returned twice
+    returned: list[Value | None]         # per output position, the stored value written to the caller's array
+
+    def kernel_of(self, v: Value) -> Kernel | None:
+        return next((k for k in self.kernels if any(v is n for n in k.nodes)), None)
+
+    def __str__(self) -> str:
+        return listing(self)
+
+
+# -- strided access ---------------------------------------------------------------------------------
+
+def view_access(v: Value, src: Access) -> Access | None:
+    """The access of view `v` of a value stored at `src`, or None if it is not a strided view."""
+    op, a, x = v.op, v.attrs, v.inputs[0]
+    if op == "stop_gradient":
+        return src
+    if op == "transpose":
+        return Access(src.owner, src.offset, tuple(src.strides[p] for p in a["perm"]))
+    if op == "slice":
+        offset = src.offset + sum(s * st for s, st in zip(a["starts"], src.strides))
+        return Access(src.owner, offset, tuple(s * c for s, c in zip(src.strides, a["steps"])))
+    if op == "broadcast_to":
+        lead = v.ndim - x.ndim
+        return Access(src.owner, src.offset, (0,) * lead + tuple(
+            0 if n == 1 and m != 1 else s for n, m, s in zip(x.shape, v.shape[lead:], src.strides)))
+    if op == "reshape":
+        strides = nocopy_reshape(x.shape, src.strides, v.shape, 1)
+        return None if strides is None else Access(src.owner, src.offset, tuple(strides))
+    return None
+
+
+def _view_map(v: Value, want: tuple) -> tuple | None:
+    """Given the axis map a reader wants for view `v`, the map its operand must have (None: no such map)."""
+    x = v.inputs[0]
+    if v.op == "stop_gradient":
+        return want
+    if v.op == "broadcast_to":
+        lead = v.ndim - x.ndim
+        return tuple(want[j + lead] if n == m else None for j, (n, m) in enumerate(zip(x.shape, v.shape[lead:])))
+    if v.op == "transpose":
+        out: list = [None] * x.ndim
+        for j, p in enumerate(v.attrs["perm"]):
+            out[p] = want[j]
+        return tuple(out)
+    if v.op == "reshape" and [n for n in x.shape if n != 1] == [n for n in v.shape if n != 1]:
+        kept = iter(d for n, d in zip(v.shape, want) if n != 1)
+        return tuple(None if n == 1 else next(kept) for n in x.shape)
+    return None
+
+
+def _same_map(have: tuple, want: tuple, shape) -> bool:
+    return all(h == w or n == 1 for h, w, n in zip(have, want, shape))
+
+
+# -- grouping ---------------------------------------------------------------------------------------
+
+class _Fuser:
+    def __init__(self, graph: Graph, order):
+        self.graph = graph
+        self.order = list(graph.nodes if order is None else order)
+        self.kernels: list[Kernel] = []
+        self.kernel_of: dict[Value, Kernel] = {}
+        self.access: dict[Value, Access] = {}
+        self.immediates: dict[Value, Value] = {}  # views of 0-d constants -> the constant (a literal in code)
+        for x in graph.inputs:
+            self.access[x] = Access(x, 0, c_strides(x.shape, 1))
+
+    def run(self) -> list[Kernel]:
+        for n in self.order:
+            if n.op == "const":
+                if n.ndim:
+                    self.access[n] = Access(n, 0, c_strides(n.shape, 1))
+            elif n.op in VIEWS and self._virtual_view(n):
+                continue
+            elif not self._lowerable(n) or n.op in ARG_REDUCTIONS and not _trailing_axis(n):
+                self._new(NUMPY, n, note=self._why_not(n))
+            elif n.op == "matmul":
+                self._new(MATMUL, n)
+            elif n.op == "index_add":
+                self._new(SCATTER, n)
+            elif n.op in VIEWS:  # a reshape NumPy must copy: a copy loop over its operand's shape
+                k = self._new(LOOP, n, domain=n.inputs[0].shape)
+                k.copies[n] = n.inputs[0]
+                k.maps[n] = tuple(range(n.inputs[0].ndim))
+            elif not self._join(n):
+                self._seed(n)
+        return self.kernels
+
+    # values are either computed by a kernel (maybe only in registers) or views of stored values
+    def _virtual_view(self, v: Value) -> bool:
+        if v.inputs[0] in self.immediates or v.inputs[0].op == "const" and not v.inputs[0].ndim:
+            self.immediates[v] = self.immediates.get(v.inputs[0], v.inputs[0])  # a broadcast scalar constant
+            return True
+        src = self.access.get(v.inputs[0])
+        if src is None and v.inputs[0] in self.kernel_of:  # computed: stored contiguously if it leaves its kernel
+            x = v.inputs[0]
+            src = Access(x, 0, c_strides(x.shape, 1))
+        if src is None:
+            return False
+        acc = view_access(v, src)
+        if acc is None:
+            return False
+        self.access[v] = acc
+        return True
+
+    @staticmethod
+    def _lowerable(n: Value) -> bool:
+        """Whether a compiled backend computes n (else it runs on the NumPy reference)."""
+        if n.op in NUMPY_ONLY or any(v.dtype not in LOWERED_DTYPES for v in (n, *n.inputs)):
+            return False
+        kind = get_primitive(n.op).kind
+        return kind in ("elementwise", "matmul") or n.op in REDUCTIONS or n.op in LOOP_OPS or n.op in VIEWS \
+            or n.op == "index_add"
+
+    @staticmethod
+    def _why_not(n: Value) -> str:
+        if n.op in ARG_REDUCTIONS and n.dtype in LOWERED_DTYPES:
+            return f"{n.op} over a non-trailing axis is not lowered"
+        bad = [v.dtype for v in (n, *n.inputs) if v.dtype not in LOWERED_DTYPES]
+        if bad:
+            return f"dtype {dtypes.short(bad[0])} is not lowered"
+        return f"{n.op} is not lowered"
+
+    def _new(self, kind, n, domain=(), note="") -> Kernel:
+        k = Kernel(len(self.kernels), kind, [n], tuple(domain), note=note)
+        self.kernels.append(k)
+        self.kernel_of[n] = k
+        return k
+
+    def _root(self, u: Value) -> Value:
+        while u.op in VIEWS and u not in self.kernel_of:
+            u = u.inputs[0]
+        return u
+
+    def _in_kernel_map(self, k: Kernel, u: Value, want: tuple) -> bool | None:
+        """True if `k` can hand `u` to a reader wanting axis map `want` in registers; None if `u` is
+        not computed in `k` at all; False if it is, but not in a form the reader can use."""
+        path = u
+        while path.op in VIEWS and path not in self.kernel_of:
+            want = _view_map(path, want)
+            path = path.inputs[0]
+            if want is None:
+                return False if self.kernel_of.get(self._root(path)) is k else None
+        if self.kernel_of.get(path) is not k:
+            return None
+        if path in k.accumulated or path in k.copies:
+            return False
+        return _same_map(k.maps[path], want, path.shape)
+
+    def _candidate(self, n: Value) -> Kernel | None:
+        """The latest kernel producing an operand of n: the only one n may join (kernels stay in a
+        topological order because a node joins a kernel only when all its other producers run earlier)."""
+        ks = [self.kernel_of[r] for r in map(self._root, n.inputs) if r in self.kernel_of]
+        return max(ks, key=lambda k: k.index, default=None)
+
+    def _join(self, n: Value) -> bool:
+        k = self._candidate(n)
+        if k is None or k.kind != LOOP:
+            return False
+        if n.op in REDUCTIONS or n.op in ARG_REDUCTIONS:
+            return self._join_reduction(k, n)
+        want = self._map_for(k, n.shape)
+        if want is None:
+            return False
+        operand_maps = self._operand_maps(n, want)
+        if operand_maps is None:
+            return False
+        for u, m in operand_maps:
+            if m is not None and self._in_kernel_map(k, u, m) is False:
+                return False
+        self._add(k, n, want)
+        return True
+
+    def _operand_maps(self, n: Value, want: tuple) -> list | None:
+        """The axis map each operand is read with (None for operands read otherwise, e.g. a gathered table)."""
+        if n.op == "take":
+            axis, idx = n.attrs["axis"], n.inputs[1]
+            return [(n.inputs[0], None), (idx, want[axis:axis + idx.ndim])]
+        return [(u, want) for u in n.inputs]
+
+    @staticmethod
+    def _map_for(k: Kernel, shape) -> tuple | None:
+        r = len(k.domain)
+        if tuple(shape) == k.domain:
+            return tuple(range(r))
+        if k.outer is not None:
+            j = k.outer
+            if tuple(shape) == k.domain[:j] + (1,) * (r - j):
+                return tuple(range(j)) + (None,) * (r - j)
+            if tuple(shape) == k.domain[:j]:
+                return tuple(range(j))
+        return None
+
+    def _join_reduction(self, k: Kernel, n: Value) -> bool:
+        x = n.inputs[0]
+        if n.op in ARG_REDUCTIONS and k.outer is not None and n.attrs["axis"] is not None \
+                and n.attrs["axis"] != k.outer:
+            return False
+        if x.shape != k.domain or self._in_kernel_map(k, x, tuple(range(len(k.domain)))) is not True:
+            return False
+        self._reduce(k, n)
+        return True
+
+    def _seed(self, n: Value) -> None:
+        if n.op in REDUCTIONS or n.op in ARG_REDUCTIONS:
+            k = self._new(LOOP, n, domain=n.inputs[0].shape)
+            self.kernel_of.pop(n)
+            k.nodes.clear()
+            self._reduce(k, n)
+        else:
+            k = self._new(LOOP, n, domain=n.shape)
+            k.maps[n] = tuple(range(n.ndim))
+
+    def _reduce(self, k: Kernel, n: Value) -> None:
+        """Add reduction n of the full-domain value: in registers if it reduces the trailing axes the
+        kernel's rows are made of (fixing `outer` on the first one), else accumulating into memory."""
+        r = len(k.domain)
+        if n.op in ARG_REDUCTIONS:
+            axes, keepdims = (tuple(range(r)) if n.attrs["axis"] is None else (n.attrs["axis"],)), False
+        else:
+            axes, keepdims = n.attrs["axes"], n.attrs["keepdims"]
+        reduced = sorted(axes)
+        if reduced and reduced == list(range(reduced[0], r)) and k.outer in (None, reduced[0]):
+            k.outer = reduced[0]
+        else:
+            k.accumulated.add(n)
+        kept = tuple(d for d in range(r) if d not in axes)
+        self._add(k, n, tuple(None if d in axes else d for d in range(r)) if keepdims else kept)
+
+    def _add(self, k: Kernel, n: Value, m: tuple) -> None:
+        k.nodes.append(n)
+        k.maps[n] = m
+        self.kernel_of[n] = k
+
+
+def _trailing_axis(n: Value) -> bool:
+    axis = n.attrs["axis"]
+    return axis is None or axis == n.inputs[0].ndim - 1
+
+
+def _assign_passes(k: Kernel) -> None:
+    """The pass each inner value is computed in, and after how many passes each row value can be."""
+    for n in k.nodes:
+        if n in k.copies:
+            k.passes[n] = 0
+            continue
+        ins = [_producer(k, u) for u in n.inputs]
+        ins = [p for p in ins if p is not None]
+        reduction = n.op in REDUCTIONS or n.op in ARG_REDUCTIONS
+        if k.is_row(n) and not reduction:
+            k.row_after[n] = max((k.row_after[p] if p in k.row_after else k.passes[p] + 1 for p in ins), default=0)
+        elif reduction:
+            x = ins[0] if ins else None
+            k.passes[n] = 0 if x is None else k.passes.get(x, k.row_after.get(x, 0))
+            if n not in k.accumulated:
+                k.row_after[n] = k.passes[n] + 1
+        else:
+            k.passes[n] = max((k.passes[p] if p in k.passes and p not in k.row_after else k.row_after[p] for p in ins),
+                              default=0)
+
+
+def _producer(k: Kernel, u: Value) -> Value | None:
+    """The in-kernel value operand `u` is (through in-register views), or None if it is read from memory."""
+    while u not in k.maps and u.op in VIEWS:
+        u = u.inputs[0]
+    return u if u in k.maps else None
+
+
+# -- materialization and the arena -----------------------------------------------------------------
+
+def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
+    """Group `graph`'s nodes (run in `order`, a schedule; default graph order) into kernels, decide
+    which values are stored, and place the stored intermediates in one arena."""
+    fuser = _Fuser(graph, order)
+    kernels = fuser.run()
+    kernel_of, access = fuser.kernel_of, fuser.access
+
+    def reads(k: Kernel, n: Value):
+        if n in k.copies:
+            return [k.copies[n]]
+        if k.kind == LOOP:
+            return [u for u in n.inputs if _producer(k, u) is None]
+        return list(n.inputs)
+
+    # graph outputs that are views, inputs, constants or already returned: a copy loop writes them
+    outputs_done: dict[Value, int] = {}
+    output_copies = []
+    for pos, o in enumerate(graph.outputs):
+        if o in outputs_done:
+            output_copies.append((pos, outputs_done[o]))
+            continue
+        outputs_done[o] = pos
+    for o in list(outputs_done):
+        if o not in kernel_of:
+            c = _copy_node(o)
+            k = Kernel(len(kernels), LOOP, [c], o.shape, maps={c: tuple(range(o.ndim))}, copies={c: o})
+            kernels.append(k)
+            kernel_of[c] = k
+            outputs_done[c] = outputs_done.pop(o)
+    materialized: set[Value] = set()
+    last_read: dict[Value, int] = {}
+    for k in kernels:
+        seen: set[Value] = set()
+        for n in k.nodes:
+            for u in reads(k, n):
+                if u.op == "const" and not u.ndim or u in fuser.immediates:
+                    continue  # a literal in the code
+                root = fuser._root(u)
+                if root in kernel_of:
+                    materialized.add(root)
+                    access.setdefault(root, Access(root, 0, c_strides(root.shape, 1)))
+                if u not in access:  # a view of a computed value: its strides over the stored buffer
+                    access[u] = _chain_access(u, access)
+                if u not in seen:
+                    seen.add(u)
+                    k.inputs.append(u)
+                owner = access[u].owner
+                last_read[owner] = k.index
+    for o in outputs_done:
+        materialized.add(o)
+        access.setdefault(o, Access(o, 0, c_strides(o.shape, 1)))
+    for k in kernels:
+        k.outputs = [n for n in k.nodes if n in materialized]
+        k.stored = set(k.outputs)
+        if k.kind == LOOP:
+            _assign_passes(k)
+
+    # the arena: stored intermediates (not returned), alive from their kernel to their last reader
+    bufs = [Buffer(v, max(v.nbytes, v.dtype.itemsize), kernel_of[v].index, max(kernel_of[v].index, last_read.get(v, 0)))
+            for v in sorted(materialized - set(outputs_done), key=lambda v: kernel_of[v].index)]
+    arena = best_fit(bufs, len(kernels))
+    live = [0] * len(kernels)
+    for b in bufs:
+        for t in range(b.start, b.end + 1):
+            live[t] += b.nbytes
+    returned: list[Value | None] = [None] * len(graph.outputs)
+    for v, pos in outputs_done.items():
+        returned[pos] = v
+    return FusedProgram(graph, kernels, access, fuser.immediates, {b.value: b.offset for b in bufs}, arena,
+                        max(live, default=0), live, output_copies, returned)
+
+
+def _copy_node(o: Value) -> Value:
+    """A stand-in node for copying `o` (a view, input or constant) into the output array."""
+    return Value("stop_gradient", (o,), {}, o.shape, o.dtype, o.source, o.graph, o.scope)
+
+
+def _chain_access(u: Value, access: dict[Value, Access]) -> Access:
+    chain = []
+    while u not in access:
+        chain.append(u)
+        u = u.inputs[0]
+    acc = access[u]
+    for v in reversed(chain):
+        acc = view_access(v, acc)
+        access[v] = acc
+    return acc
+
+
+# -- the listing -------------------------------------------------------------------------------------
+
+def kernel_bytes(k: Kernel, access: dict[Value, Access]) -> tuple[int, int]:
+    """(bytes read, bytes written) by one run of kernel k: each distinct buffer it reads counted once
+    (a broadcast reads its source, not its broadcast size), each value it writes."""
+    read: dict[Value, int] = {}
+    for u in k.inputs:
+        a = access[u]
+        touched = math.prod(n for n, s in zip(u.shape, a.strides) if s) * u.dtype.itemsize if u.ndim else u.dtype.itemsize
+        read[a.owner] = max(read.get(a.owner, 0), min(touched, max(a.owner.nbytes, a.owner.dtype.itemsize)))
+    written = sum(max(v.nbytes, v.dtype.itemsize) for v in k.outputs)
+    return sum(read.values()), written
+
+
+def _dims(shape) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+def kernel_header(k: Kernel, program: FusedProgram) -> str:
+    r, w = kernel_bytes(k, program.access)
+    if k.kind == LOOP:
+        if k.outer is None:
+            shape = f"for {_dims(k.domain)}"
+        elif k.outer == 0:
+            shape = f"{k.num_passes} pass{'es' if k.num_passes > 1 else ''} over {_dims(k.domain)}"
+        else:
+            shape = f"for {_dims(k.domain[:k.outer])} x {k.num_passes} pass{'es' if k.num_passes > 1 else ''} " \
+                    f"over {_dims(k.domain[k.outer:])}"
+    elif k.kind == MATMUL:
+        shape = "BLAS gemm"
+    elif k.kind == SCATTER:
+        shape = "scatter-add loop"
+    else:
+        shape = f"NumPy fallback ({k.note})"
+    return f"{k.name} {k.kind:<7} {shape}  reads {human_bytes(r)}, writes {human_bytes(w)}"
+
+
+def listing(program: FusedProgram) -> str:
+    """The kernel listing: each kernel's loop nest, the IR nodes it covers (with the pass each runs in),
+    what it stores, and the bytes it moves."""
+    g = program.graph
+    names = {v: f"%{i}" for i, v in enumerate(g.all_values())}
+    for k in program.kernels:
+        for c, src in k.copies.items():
+            names.setdefault(c, f"copy({names.get(src, '?')})")
+    counts: dict[str, int] = {}
+    for k in program.kernels:
+        counts[k.kind] = counts.get(k.kind, 0) + 1
+    lines = [f"fused program {g.name}: {len(program.kernels)} kernels ("
+             + ", ".join(f"{n} {kind}" for kind, n in counts.items())
+             + f"), arena {human_bytes(program.arena_bytes)} (peak {human_bytes(program.peak_bytes)})"]
+    for k in program.kernels:
+        lines.append(kernel_header(k, program))
+        for n in k.nodes:
+            where = ""
+            if k.kind == LOOP and n in k.accumulated:
+                where = "accumulates into memory"
+            elif k.kind == LOOP and n in k.row_after:
+                where = f"row value after pass {k.row_after[n]}" if k.num_passes > 1 or k.row_after[n] else "row value"
+            elif k.kind == LOOP and k.num_passes > 1:
+                where = f"pass {k.passes.get(n, 0) + 1}"
+            store = " -> stored" if n in k.stored else ""
+            operands = ", ".join(names.get(u, "?") for u in ([k.copies[n]] if n in k.copies else n.inputs))
+            op = "copy" if n in k.copies else n.op
+            lines.append(f"    {names[n]} = {op} {operands} : {n.type_str}"
+                         + (f"  [{where}]" if where else "") + store)
+    return "\n".join(lines)
+
