@@ -23,7 +23,7 @@ from gradir.errors import DTypeError, GradirError, NonDifferentiableError, Shape
 from gradir.grad_trace import GradTrace
 from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.ir import Graph, Value
-from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
+from gradir.pytree import TreeDef, tree_flatten, tree_flatten_with_path, tree_unflatten
 from gradir.trace import EagerOperand, abstract_dtype, constant, inline, is_traced, trace_flat, user_source
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -67,15 +67,15 @@ def _as_leaf(leaf):
 
 
 def _prepare(fn, args) -> _Args:
-    flat, ranges = [], []
+    flat, ranges, trees = [], [], []
     for a in args:
-        leaves, _ = tree_flatten(a)
+        leaves, tree = tree_flatten(a)
         ranges.append(range(len(flat), len(flat) + len(leaves)))
         flat.extend(leaves)
+        trees.append(tree)
     torch_out = any(is_torch(x) for x in flat)
-    flat = [_as_leaf(x) for x in flat]
-    _, in_tree = tree_flatten(tuple(args))
-    return _Args(fn, tuple(args), flat, in_tree, ranges, torch_out)
+    flat = [x if type(x) is np.ndarray else _as_leaf(x) for x in flat]
+    return _Args(fn, tuple(args), flat, TreeDef("tuple", tuple(trees)), ranges, torch_out)
 
 
 def _finish(values, a: _Args):
@@ -107,13 +107,20 @@ def _trace(fn, a: _Args, name: str | None = None) -> Graph:
     return graph
 
 
+EAGER_BACKEND = os.environ.get("GRADIR_EAGER_BACKEND", "numpy")
+"""What runs the graphs of eager transformations (grad, vjp, jvp called outside gr.compile): the NumPy
+interpreter by default; "llvm" compiles each graph first (the test suite runs the op tests both ways)."""
+
+
 def _execute(graph: Graph, flat_args: list) -> list:
-    """Evaluate `graph` now (NumPy interpreter) or re-record it inside the enclosing trace."""
+    """Evaluate `graph` now (by EAGER_BACKEND) or re-record it inside the enclosing trace."""
     if is_traced(*flat_args):
         return inline(graph, flat_args)
-    from gradir.backends import run
+    from gradir.backends import compile_graph, run
 
-    return run(graph, flat_args)
+    if EAGER_BACKEND == "numpy":
+        return run(graph, flat_args)
+    return list(compile_graph(graph, backend=EAGER_BACKEND)(*flat_args))
 
 
 def _captures(graph: Graph) -> list:
@@ -378,7 +385,8 @@ class Compiled:
             raise GradirError("keyword arguments of a compiled function are static: traced in as constants and part "
                               "of the cache key, so they must be hashable (numbers, strings, tuples); pass arrays "
                               "positionally", op="compile", source=user_source()) from None
-        return (a.in_tree, tuple((np.shape(x), abstract_dtype(x)) for x in a.flat), key)
+        return (a.in_tree, tuple((x.shape, x.dtype) if type(x) is np.ndarray else (np.shape(x), abstract_dtype(x))
+                                 for x in a.flat), key)
 
     def _entry(self, a: _Args):
         key = self._signature(a)
@@ -423,7 +431,7 @@ class Compiled:
         return len(self._cache)
 
 
-def compile(fn: Callable | None = None, *, backend: str = "numpy", remat: str | None = None,
+def compile(fn: Callable | None = None, *, backend: str = "llvm", remat: str | None = None,
             memory_budget: int | None = None, check: bool | None = None, policy: str = "engine"):
     """Compile `fn`: traced once per input signature (shapes, dtypes, pytree structure), cached,
     and run by `backend`. Usable as ``@gr.compile`` or ``@gr.compile(backend="numpy")``.

@@ -331,7 +331,9 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
           segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None,
           passes: Annotated[bool, typer.Option("--passes", help="Also print the graph after every pass, from the "
-                                                             "trace through autodiff and each cleanup pass.")] = False):
+                                                             "trace through autodiff and each cleanup pass.")] = False,
+          backend: Annotated[str | None, typer.Option("--backend", help="Also print the fused kernels a compiled backend "
+                                                      "runs (llvm): each kernel's loop nest, nodes and bytes.")] = None):
     """Trace FILE's function, differentiate it, and print the forward and backward IR
     (partitioned under the recompute plan --remat chooses, if any)."""
     console = _console()
@@ -350,6 +352,8 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
     _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full)
     _summary(console, t, j)
     _plan_summary(console, j, plan)
+    if backend is not None:
+        _print_kernels(console, j, backend)
     try:
         if out is not None:
             for part, graph in (("forward", j.forward), ("backward", j.backward)):
@@ -362,6 +366,15 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
 
 
 VIZ_DIR = "gradir_out"
+
+
+def _print_kernels(console: Console, j, backend: str) -> None:
+    """The fused kernel listings of the forward and backward programs, as the compiled backend builds them."""
+    if backend != "llvm":
+        _fail(CLIError(f"unknown --backend {backend!r} (kernel listings exist for: llvm)"))
+    for part, program in j.kernels.items():
+        console.rule(f"{part} kernels ({backend})", style="cyan")
+        console.print(str(program), markup=False, highlight=False)
 
 
 def _render(console: Console, j, path: Path) -> None:

@@ -121,6 +121,14 @@ class GradTrace:
         graph, order, _ = self.partition.stitch(self.schedule.order)
         return measure_memory(graph, flat + cts, order)
 
+    @functools.cached_property
+    def kernels(self) -> dict:
+        """The fused kernel programs the compiled backends run: {"forward": ..., "backward": ...}
+        (gradir.passes.fusion.FusedProgram; the backward's kernels follow the schedule)."""
+        from gradir.passes.fusion import fuse
+
+        return {"forward": fuse(self.forward), "backward": fuse(self.backward, self.schedule.order)}
+
     def render(self, path, progress=None):
         """Write diagrams (forward, backward, joint: .dot, and .svg via the `dot` program), the memory
         timeline plot and one self-contained HTML report, named after `path` ("out/loss" ->

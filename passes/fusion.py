@@ -33,17 +33,19 @@ from dataclasses import dataclass, field
 from gradir import dtypes
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import c_strides, nocopy_reshape
-from gradir.passes.memory import Buffer, best_fit
+from gradir.passes.memory import Buffer, best_fit, greedy_by_size
 from gradir.passes.report import human_bytes
-from gradir.primitive import get_primitive
 
 LOOP, MATMUL, SCATTER, NUMPY = "loop", "matmul", "scatter", "numpy"
 VIEWS = frozenset({"broadcast_to", "transpose", "slice", "reshape", "stop_gradient"})
 REDUCTIONS = frozenset({"sum", "max", "min"})
 ARG_REDUCTIONS = frozenset({"argmax", "argmin"})  # row reductions only (over trailing axes)
 LOOP_OPS = frozenset({"take", "check_classes"}) | ARG_REDUCTIONS  # non-elementwise ops a loop computes
-NUMPY_ONLY = frozenset({"real", "imag", "pad", "concatenate", "update_slice", "index_update", "unfold", "fold",
-                        "cross_entropy", "batch_norm"})
+ELEMENTWISE = frozenset({  # the elementwise primitives compiled backends lower (others run on NumPy)
+    "negative", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "rsqrt", "sin", "cos", "erf", "sign", "abs",
+    "stop_gradient", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less", "less_equal",
+    "greater", "greater_equal", "equal", "not_equal", "remainder", "logical_and", "logical_or", "logical_not",
+    "where", "convert"})
 LOWERED_DTYPES = frozenset({dtypes.float64, dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int64,
                             dtypes.int32, dtypes.bool_})
 
@@ -109,6 +111,7 @@ class FusedProgram:
     live_bytes: list[int]                # arena bytes live during each kernel
     output_copies: list[tuple[int, int]]  # (position, earlier position) of outputs returned twice
     returned: list[Value | None]         # per output position, the stored value written to the caller's array
+    passthrough: list[tuple[int, int]]   # (output position, input position) of inputs returned as they are
 
     def kernel_of(self, v: Value) -> Kernel | None:
         return next((k for k in self.kernels if any(v is n for n in k.nodes)), None)
@@ -215,12 +218,11 @@ class _Fuser:
 
     @staticmethod
     def _lowerable(n: Value) -> bool:
-        """Whether a compiled backend computes n (else it runs on the NumPy reference)."""
-        if n.op in NUMPY_ONLY or any(v.dtype not in LOWERED_DTYPES for v in (n, *n.inputs)):
+        """Whether the compiled backends compute n (else it runs on the NumPy reference)."""
+        if any(v.dtype not in LOWERED_DTYPES for v in (n, *n.inputs)):
             return False
-        kind = get_primitive(n.op).kind
-        return kind in ("elementwise", "matmul") or n.op in REDUCTIONS or n.op in LOOP_OPS or n.op in VIEWS \
-            or n.op == "index_add"
+        return n.op in ELEMENTWISE or n.op in REDUCTIONS or n.op in LOOP_OPS or n.op in VIEWS \
+            or n.op in ("matmul", "index_add")
 
     @staticmethod
     def _why_not(n: Value) -> str:
@@ -276,6 +278,8 @@ class _Fuser:
         if operand_maps is None:
             return False
         for u, m in operand_maps:
+            if m is None and self.kernel_of.get(self._root(u)) is k:
+                return False  # a gathered table must be in memory before the gather runs
             if m is not None and self._in_kernel_map(k, u, m) is False:
                 return False
         self._add(k, n, want)
@@ -308,6 +312,9 @@ class _Fuser:
             return False
         if x.shape != k.domain or self._in_kernel_map(k, x, tuple(range(len(k.domain)))) is not True:
             return False
+        p = self._root(x)
+        if k.is_row(p) or p.op in REDUCTIONS or p.op in ARG_REDUCTIONS:
+            return False  # a row value (only possible when the inner axes have size 1): reduce it in a later kernel
         self._reduce(k, n)
         return True
 
@@ -361,7 +368,7 @@ def _assign_passes(k: Kernel) -> None:
             k.row_after[n] = max((k.row_after[p] if p in k.row_after else k.passes[p] + 1 for p in ins), default=0)
         elif reduction:
             x = ins[0] if ins else None
-            k.passes[n] = 0 if x is None else k.passes.get(x, k.row_after.get(x, 0))
+            k.passes[n] = 0 if x is None else k.row_after[x] if x in k.row_after else k.passes.get(x, 0)
             if n not in k.accumulated:
                 k.row_after[n] = k.passes[n] + 1
         else:
@@ -400,8 +407,11 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             output_copies.append((pos, outputs_done[o]))
             continue
         outputs_done[o] = pos
+    passthrough = []  # returned inputs: the caller gets its own array back, as from the NumPy backend
     for o in list(outputs_done):
-        if o not in kernel_of:
+        if o.op == "input":
+            passthrough.append((outputs_done.pop(o), next(i for i, x in enumerate(graph.inputs) if x is o)))
+        elif o not in kernel_of:
             c = _copy_node(o)
             k = Kernel(len(kernels), LOOP, [c], o.shape, maps={c: tuple(range(o.ndim))}, copies={c: o})
             kernels.append(k)
@@ -414,7 +424,10 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
         for n in k.nodes:
             for u in reads(k, n):
                 if u.op == "const" and not u.ndim or u in fuser.immediates:
-                    continue  # a literal in the code
+                    if k.kind == LOOP:
+                        continue  # a literal in the code
+                    const = fuser.immediates.get(u, u)  # other kernels read the 0-d constant with zero strides
+                    access[u] = Access(const, 0, (0,) * u.ndim)
                 root = fuser._root(u)
                 if root in kernel_of:
                     materialized.add(root)
@@ -439,6 +452,12 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     bufs = [Buffer(v, max(v.nbytes, v.dtype.itemsize), kernel_of[v].index, max(kernel_of[v].index, last_read.get(v, 0)))
             for v in sorted(materialized - set(outputs_done), key=lambda v: kernel_of[v].index)]
     arena = best_fit(bufs, len(kernels))
+    best = {b.value: b.offset for b in bufs}
+    if greedy_by_size(bufs) > arena:  # keep whichever placement packs tighter
+        for b in bufs:
+            b.offset = best[b.value]
+    else:
+        arena = max((b.offset + b.nbytes for b in bufs), default=0)
     live = [0] * len(kernels)
     for b in bufs:
         for t in range(b.start, b.end + 1):
@@ -447,7 +466,7 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     for v, pos in outputs_done.items():
         returned[pos] = v
     return FusedProgram(graph, kernels, access, fuser.immediates, {b.value: b.offset for b in bufs}, arena,
-                        max(live, default=0), live, output_copies, returned)
+                        max(live, default=0), live, output_copies, returned, passthrough)
 
 
 def _copy_node(o: Value) -> Value:

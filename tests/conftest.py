@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("GRADIR_CHECK", "1")  # compiled code asserts every shape/dtype the IR states
+if "GRADIR_CACHE_DIR" not in os.environ:  # compiled object code: cached for this test run only, never in ~/.cache
+    import tempfile
+
+    os.environ["GRADIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="gradir-test-cache-")
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -24,3 +28,15 @@ def names_path():
     if not path.exists():
         pytest.skip(f"dataset not found at {path} (it lives in the shared folder beside the repo)")
     return path
+
+
+@pytest.fixture(scope="module", params=["numpy", "llvm"])
+def eager_backend(request):
+    """Run a module's tests twice: eager transformations executed by the NumPy interpreter, then by
+    the LLVM backend (each graph compiled first), so the LLVM backend meets every op test's oracle."""
+    import gradir.api
+
+    before = gradir.api.EAGER_BACKEND
+    gradir.api.EAGER_BACKEND = request.param
+    yield request.param
+    gradir.api.EAGER_BACKEND = before

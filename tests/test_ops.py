@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 import gradir as gr
 
 RTOL, ATOL = 1e-10, 1e-12
+pytestmark = pytest.mark.usefixtures("eager_backend")  # every test on the NumPy interpreter and on LLVM
 HYP = settings(max_examples=25, deadline=None, derandomize=True)
 
 

@@ -531,7 +531,8 @@ def test_without_dot_the_sources_and_html_are_still_written(scalar, tmp_path, mo
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert not viz.dot_available()
     written = viz.write_report(scalar, tmp_path / "out", "tanh")
-    assert set(written) == {"forward.dot", "backward.dot", "joint.dot", "memory.svg", "html"}
+    assert set(written) == {"forward.dot", "backward.dot", "forward.kernels.dot", "backward.kernels.dot", "joint.dot",
+                            "memory.svg", "html"}
     assert not written.diagrams_drawn and written.notes and "apt-get install graphviz" in written.notes[0]
     for k in ("forward", "backward", "joint"):
         assert written[f"{k}.dot"].read_text().startswith("digraph")

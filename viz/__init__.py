@@ -3,6 +3,7 @@
     from gradir import viz
     viz.graph_diagram(graph)                  # graphviz.Digraph: .source is the dot text
     viz.joint_diagram(gr.trace_grad(f, x))    # saved tensors as the edges from forward to backward
+    viz.kernel_diagram(j.kernels["backward"]) # the fused kernels a compiled backend runs, as clusters
     viz.value_diagram(f, 1.5, -2.0)           # micrograd-style: data and grad of every value
     viz.memory_timeline({"engine": j.memory}, "mem.svg")
     viz.write_report(j, "out", "loss")        # .dot/.svg diagrams, memory plot, one HTML file
@@ -14,6 +15,7 @@ from gradir.viz.graphs import (
     graph_diagram,
     is_large,
     joint_diagram,
+    kernel_diagram,
     overview_diagram,
     render_svg,
     scope_diagrams,
@@ -25,5 +27,5 @@ from gradir.viz.plots import memory_timeline, memory_timeline_bytes, tradeoff_cu
 from gradir.viz.report import Written, memory_plans, write_report
 
 __all__ = ["LARGE_GRAPH", "Written", "diagram_of", "dot_available", "graph_diagram", "html_of", "is_large",
-           "joint_diagram", "memory_plans", "memory_timeline", "memory_timeline_bytes", "overview_diagram",
+           "joint_diagram", "kernel_diagram", "memory_plans", "memory_timeline", "memory_timeline_bytes", "overview_diagram",
            "render_svg", "scope_diagrams", "svg_of", "tradeoff_curve", "value_diagram", "values_and_grads", "write_report"]

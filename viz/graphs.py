@@ -253,6 +253,45 @@ def graph_diagram(graph: Graph, *, schedule=None, title: str | None = None, lege
     return dg
 
 
+def kernel_diagram(program, *, title: str | None = None, legend: bool = True) -> graphviz.Digraph:
+    """The fused program (gradir.passes.fusion.FusedProgram) of a graph: its values, with the nodes of
+    each kernel drawn inside one cluster labelled with the kernel's loop nest and bytes moved. Views,
+    inputs and constants stay outside: they are memory the kernels read, not work."""
+    from gradir.passes.fusion import kernel_header
+
+    graph = program.graph
+    dg = _new_digraph(f"{graph.name}_kernels", title or f"{graph.name}: {len(program.kernels)} fused kernels")
+    ids = {v: f"v{graph.number(v)}" for v in graph.all_values()}
+    lines = ir_lines(graph)
+    outputs = set(graph.outputs)
+    kinds: set[str] = set()
+
+    def draw(g, v, node_id):
+        kind = kind_of(v, outputs)
+        kinds.add(kind)
+        label = node_label(v, graph) if v in lines else f"copy of {value_name(v.inputs[0], graph)}"
+        g.node(node_id, **dict(STYLES[kind], label=label, tooltip=tooltip(v, lines.get(v, "copy"))))
+
+    drawn = set()
+    for k in program.kernels:
+        with dg.subgraph(name=f"cluster_kernel{k.index}") as c:
+            c.attr(label=kernel_header(k, program), style="rounded,filled", fillcolor="#fefce8" if k.kind != "numpy"
+                   else "#fee2e2", color="#ca8a04", fontname=FONT, fontsize="11", tooltip=k.name)
+            for n in k.nodes:
+                ids.setdefault(n, f"k{k.index}c{len(drawn)}")
+                draw(c, n, ids[n])
+                drawn.add(n)
+    for v in graph.all_values():
+        if v not in drawn:
+            draw(dg, v, ids[v])
+    for n in [*graph.nodes, *(n for k in program.kernels for n in k.nodes if n not in lines)]:
+        for i in n.inputs:
+            dg.edge(ids[i], ids[n])
+    if legend:
+        _legend(dg, kinds)
+    return dg
+
+
 # -- forward and backward together -------------------------------------------------------------------
 
 

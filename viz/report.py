@@ -190,6 +190,9 @@ def _diagrams(grad_trace) -> list[tuple[str, str, graphviz.Digraph]]:
             out.append((side, f"{side} program" + (" (schedule step · initial dependency count)" if sched else ""),
                         graphs.graph_diagram(graph, schedule=sched, saved_from=None if sched else
                                              graph.num_forward_outputs)))
+            program = grad_trace.kernels[side]
+            out.append((f"{side}.kernels", f"{side} program as the {len(program.kernels)} fused kernels the LLVM "
+                        "backend runs", graphs.kernel_diagram(program)))
     out.append(("joint", f"forward and backward: {grad_trace.saved.count} saved tensors as the orange edges",
                 graphs.joint_diagram(grad_trace)))
     return out

@@ -26,7 +26,7 @@ import numpy as np
 from gradir.errors import ExecutionError
 from gradir.fileio import write_atomic
 from gradir.ir import Graph, Value
-from gradir.passes.fusion import NUMPY, FusedProgram, fuse, view_access
+from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header, view_access
 from gradir.primitive import get_primitive
 
 from . import jit
@@ -98,7 +98,9 @@ class LLVMCompiled:
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
         from gradir.passes import lower_composites
 
-        graph = lower_composites(graph)
+        lowered = lower_composites(graph)
+        if lowered is not graph:  # the schedule named the composite nodes: run the lowered graph in its own order
+            graph, order = lowered, None
         self.graph = graph
         self.program = fuse(graph, order)
         p = self.program
@@ -124,7 +126,14 @@ class LLVMCompiled:
         self._slots[self.arena_slot] = self.arena.ctypes.data
         self._slots_ptr = self._slots.ctypes.data
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
-        self._out_types = [(o.dtype, o.shape) for o in graph.outputs]
+        self._last_inputs = [None] * len(graph.inputs)
+        self._out_parts, top = [], 0
+        for o in graph.outputs:
+            self._out_parts.append((top, o.nbytes, o.dtype, o.shape))
+            top += -(-max(o.nbytes, 1) // ALIGN) * ALIGN
+        self._out_bytes = top
+        self._out_slots = np.arange(len(graph.inputs), len(graph.inputs) + len(graph.outputs))
+        self._out_offsets = np.array([o for o, *_ in self._out_parts], np.uintp)
         self._positions = None
 
     # -- the teaching view
@@ -149,18 +158,21 @@ class LLVMCompiled:
 
     # -- running
     def __call__(self, *args):
-        slots = self._slots
+        slots, last = self._slots, self._last_inputs
         ins = []
         for i, (a, (dt, shape)) in enumerate(zip(args, self._in_types)):
-            a = np.ascontiguousarray(a, dtype=dt)
-            if a.shape != shape:
-                a = a.reshape(shape)
+            if a is not last[i]:  # the same array object as last call has the same buffer: skip the lookup
+                a = np.ascontiguousarray(a, dtype=dt)
+                if a.shape != shape:
+                    a = a.reshape(shape)
+                slots[i] = a.ctypes.data
+                last[i] = a
             ins.append(a)
-            slots[i] = a.ctypes.data
-        outs = [np.empty(shape, dt) for dt, shape in self._out_types]
-        base = len(ins)
-        for j, o in enumerate(outs):
-            slots[base + j] = o.ctypes.data
+        # the outputs share one fresh block (one allocation, one pointer); each is a view of its part
+        block = np.empty(self._out_bytes, np.uint8)
+        outs = [block[o:o + n].view(dt).reshape(shape) for o, n, dt, shape in self._out_parts]
+        address = block.ctypes.data
+        slots[self._out_slots] = self._out_offsets + address
         for step in self.steps:
             if isinstance(step, _DRIVER):
                 status = step(self._slots_ptr)
@@ -168,9 +180,34 @@ class LLVMCompiled:
                     self._fail(status, ins)
             else:
                 self._run_numpy(step, ins, outs)
+        for pos, i in self.program.passthrough:
+            outs[pos] = ins[i]
         for pos, earlier in self.program.output_copies:
             outs[pos] = outs[earlier].copy()
         return outs
+
+    def profile(self, *args, repeats: int = 20) -> list[tuple[str, float]]:
+        """(kernel header, median seconds) for each kernel, run one at a time on `args` (a flat list)."""
+        import time
+
+        self(*args)  # fills the input slots and the arena
+        block = np.empty(self._out_bytes, np.uint8)  # the slots must point at live output buffers
+        self._slots[self._out_slots] = self._out_offsets + block.ctypes.data
+        outs = [block[o:o + n].view(dt).reshape(shape) for o, n, dt, shape in self._out_parts]
+        times = []
+        for k in self.program.kernels:
+            if k.kind == NUMPY:
+                run = lambda k=k: self._run_numpy(k, self._last_inputs, outs)
+            else:
+                fn = _DRIVER(self.jit.address(f"gradir_kernel_{k.index}"))
+                run = lambda fn=fn: fn(self._slots_ptr)
+            samples = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - t0)
+            times.append((kernel_header(k, self.program), float(np.median(samples))))
+        return times
 
     def _array(self, u: Value, ins, outs) -> np.ndarray:
         """A NumPy view of stored value u (for kernels that run on the NumPy reference)."""

@@ -84,7 +84,10 @@ class ModuleBuilder:
             if k.kind != NUMPY:
                 self.kernel_function(k)
         for s, kernels in enumerate(segments):
-            self.driver(s, kernels)
+            self.driver(f"gradir_run_{s}", kernels)
+        for k in self.program.kernels:  # one entry per kernel too, for timing kernels one by one
+            if k.kind != NUMPY:
+                self.driver(f"gradir_kernel_{k.index}", [k])
         return self.module
 
     def kernel_params(self, k: Kernel) -> list[Value]:
@@ -113,8 +116,8 @@ class ModuleBuilder:
         emit(self, k, fn, dict(zip(params, fn.args))).emit()
         return fn
 
-    def driver(self, s: int, kernels: list[Kernel]) -> None:
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=f"gradir_run_{s}")
+    def driver(self, name: str, kernels: list[Kernel]) -> None:
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         slots = fn.args[0]
         loaded: dict[int, ir.Value] = {}

@@ -1,0 +1,1 @@
+"""The LLVM backend: fused, vectorized CPU code through llvmlite."""
