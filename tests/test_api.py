@@ -41,7 +41,7 @@ def test_compiled_training_step_matches_torch():
     def loss(p, x, y):
         return gr.mean((gr.tanh(x @ p["W"] + p["b"]) - y) ** 2)
 
-    @gr.compile
+    @gr.compile(backend="numpy")
     def step(p, x, y):
         value, g = gr.value_and_grad(loss)(p, x, y)
         return value, {k: p[k] - 0.1 * g[k] for k in p}

@@ -476,7 +476,8 @@ def assert_self_contained(page: Page, raw: str):
 def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_path):
     calls = []
     written = viz.write_report(remat, tmp_path, "blocks", progress=lambda *a: calls.append(a))
-    keys = {"forward.dot", "forward.svg", "backward.dot", "backward.svg", "joint.dot", "joint.svg", "memory.svg", "html"}
+    keys = {"forward.dot", "forward.svg", "backward.dot", "backward.svg", "joint.dot", "joint.svg", "memory.svg", "html",
+            "forward.kernels.dot", "forward.kernels.svg", "backward.kernels.dot", "backward.kernels.svg"}
     assert set(written) == keys and written.notes == [] and written.diagrams_drawn
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"blocks.{k}" if k != "html" else "blocks.html" for k in keys)
     for k, p in written.items():
@@ -490,7 +491,7 @@ def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_p
 
     raw = written["html"].read_text()
     page = parse_page(written["html"])
-    assert page.top_svgs == 4  # forward, backward, joint, memory plot
+    assert page.top_svgs == 6  # forward, backward, their kernels, joint, memory plot
     assert_self_contained(page, raw)
     pres = page.pres
     assert remat.forward.to_text() in pres and remat.backward.to_text() in pres
@@ -502,8 +503,8 @@ def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_p
     # the inlined diagrams keep their node count, with ids made unique across the page
     ids = [v for t, k, v in page.attrs if k == "id"]
     assert len(ids) == len(set(ids))
-    assert raw.count('class="node"') == sum(
-        written[f"{k}.svg"].read_text().count('class="node"') for k in ("forward", "backward", "joint"))
+    drawn = ("forward", "backward", "forward.kernels", "backward.kernels", "joint")
+    assert raw.count('class="node"') == sum(written[f"{k}.svg"].read_text().count('class="node"') for k in drawn)
     # progress: a call per step (each diagram, the plot, the page), steps done never decreasing, then done
     steps = [c[0] for c in calls]
     assert {"drawing forward", "drawing backward", "drawing joint", "plotting memory"} <= set(steps)
@@ -572,7 +573,7 @@ def test_notebook_helpers(scalar):
     assert "saved for backward: 3 values" in saved_html and "<pre" in saved_html
     page = Page()
     page.feed(viz.html_of(scalar))
-    assert page.top_svgs == 4 and scalar.backward.to_text() in page.pres
+    assert page.top_svgs == 6 and scalar.backward.to_text() in page.pres  # 5 diagrams (2 of kernels) + the plot
 
 
 def test_notebook_display_hooks_on_graphs_traces_and_reports():
