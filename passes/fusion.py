@@ -318,7 +318,26 @@ class _Fuser:
         self._reduce(k, n)
         return True
 
+    def _beside_last(self, n: Value) -> bool:
+        """Join the latest kernel as a sibling (horizontal fusion: one pass over the domain instead of two)
+        when n reads nothing that kernel computes and it loops over n's domain."""
+        k = self.kernels[-1] if self.kernels else None
+        if k is None or k.kind != LOOP or k.copies or any(self.kernel_of.get(self._root(u)) is k for u in n.inputs):
+            return False
+        if n.op in REDUCTIONS:
+            if n.inputs[0].shape != k.domain:
+                return False
+            self._reduce(k, n)
+            return True
+        want = self._map_for(k, n.shape) if n.op not in ARG_REDUCTIONS else None
+        if want is None or self._operand_maps(n, want) is None:
+            return False
+        self._add(k, n, want)
+        return True
+
     def _seed(self, n: Value) -> None:
+        if self._beside_last(n):
+            return
         if n.op in REDUCTIONS or n.op in ARG_REDUCTIONS:
             k = self._new(LOOP, n, domain=n.inputs[0].shape)
             self.kernel_of.pop(n)

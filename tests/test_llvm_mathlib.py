@@ -335,7 +335,7 @@ def test_functions_are_straight_line_and_their_loops_vectorize(jitted, name, dty
     assert fn.linkage == "internal" and {"alwaysinline", "nounwind"} <= set(fn.attributes)
     assert len(fn.blocks) == 1  # no branches
     calls = re.findall(r"call \S+ (@\"?[\w.]+)", str(fn))
-    assert all(callee.lstrip('@"').startswith("llvm.") for callee in calls), calls
+    assert calls and all(callee.lstrip('@"').startswith("llvm.") for callee in calls), calls
     # in the jitted loop, the function was inlined (no call left) and the loop runs on vectors
     body = jitted.optimized_ir.split(f"@{loop_name(name, dtype)}(")[1].split("\ndefine ")[0].split("\n}\n")[0]
     assert "@gradir." not in body

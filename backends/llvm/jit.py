@@ -50,12 +50,18 @@ def cpu_key() -> str:
 
 
 def optimize(module_ref: llvm.ModuleRef) -> None:
-    """Run LLVM's -O3 pipeline (inlining, loop unrolling, loop and SLP vectorization) on `module_ref` in place."""
+    """Run LLVM's -O3 pipeline (inlining, loop unrolling, loop and SLP vectorization) on `module_ref` in place.
+
+    The module is first given the host's triple and data layout, so that the optimizer's cost model (vector
+    widths, alignments) is the host CPU's."""
+    tm = target_machine()
+    module_ref.triple = tm.triple
+    module_ref.data_layout = str(tm.target_data)
     pto = llvm.PipelineTuningOptions(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pto.loop_unrolling = True
-    pass_builder = llvm.create_pass_builder(target_machine(), pto)
+    pass_builder = llvm.create_pass_builder(tm, pto)
     pass_builder.getModulePassManager().run(module_ref, pass_builder)
 
 
