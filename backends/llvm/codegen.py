@@ -401,6 +401,9 @@ class LoopKernel(Emitter):
         self.coords: dict[int, ir.Value] = {}   # merged group leader -> loop index
         self.acc_slots = {n: b.alloca(COMPUTE[n.dtype], name=f"acc{i}") for i, n in enumerate(k.nodes)
                           if n.op in REDUCTIONS or n.op in ("argmax", "argmin")}
+        # a float max/min in registers: NaN propagates through a flag (llvm.maximum reductions do not vectorize)
+        self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
+                          and n not in k.accumulated}
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
         for n in k.accumulated:  # memory accumulators start at the reduction's identity
             self.fill(n, reduction_identity(n.op, n.dtype))
@@ -590,6 +593,8 @@ class LoopKernel(Emitter):
             if n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
                 if n not in k.accumulated and k.row_after.get(n) == after:
                     v = self.b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+                    if n in self.nan_slots:
+                        v = self.b.select(self.b.load(self.nan_slots[n], typ=I1), ir.Constant(v.type, math.nan), v)
                     v = self.round_low_precision(v, n.dtype)
                     self.rows[n] = v
                     if n in k.stored:
@@ -603,6 +608,8 @@ class LoopKernel(Emitter):
             for n in k.nodes:
                 if n in self.acc_slots and n not in k.accumulated and k.passes.get(n) == after:
                     self.b.store(self.constant(reduction_identity(n.op, n.dtype), n.dtype), self.acc_slots[n])
+                    if n in self.nan_slots:
+                        self.b.store(ir.Constant(I1, 0), self.nan_slots[n])
                     if n in self.arg_slots:
                         x = n.inputs[0]
                         self.b.store(self.constant(reduction_identity(n.op, x.dtype), x.dtype), self.arg_slots[n])
@@ -649,6 +656,14 @@ class LoopKernel(Emitter):
             at = self.index(self.mapped(c_strides(n.shape, 1), self.k.maps[n], len(self.k.domain)))
             old = self.load_at(acc.owner, at, n.dtype)
             self.store_at(acc.owner, at, self.combine(n.op, n.dtype, old, x), n.dtype)
+        elif n in self.nan_slots:  # maxnum lanes plus an any-NaN flag: both vectorize as reductions
+            b = self.b
+            old = b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+            # no-NaN flags make it a recognised max reduction; NaN lanes give poison that the flag overrides
+            fn = self.module.declare_intrinsic("llvm.maxnum" if n.op == "max" else "llvm.minnum", [old.type],
+                                               ir.FunctionType(old.type, [old.type] * 2))
+            b.store(b.call(fn, [old, x], fastmath=("nnan", "nsz")), self.acc_slots[n])
+            b.store(b.or_(b.load(self.nan_slots[n], typ=I1), b.fcmp_unordered("uno", x, x)), self.nan_slots[n])
         else:
             old = self.b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
             self.b.store(self.combine(n.op, n.dtype, old, x), self.acc_slots[n])
