@@ -19,6 +19,7 @@ def torch_grads(steps, xs):
     return out.item(), [g.numpy() for g in torch.autograd.grad(out, ts, allow_unused=True)]
 
 
+@pytest.mark.usefixtures("eager_backend")  # on the NumPy interpreter and on the LLVM backend
 @settings(max_examples=60, deadline=None)
 @given(programs())
 def test_random_programs_reverse_mode_matches_torch(program):
@@ -32,6 +33,7 @@ def test_random_programs_reverse_mode_matches_torch(program):
         np.testing.assert_allclose(g, tg, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.usefixtures("eager_backend")
 @settings(max_examples=40, deadline=None)
 @given(programs())
 def test_random_programs_forward_mode_matches_torch_jvp(program):

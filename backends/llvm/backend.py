@@ -34,6 +34,7 @@ from .codegen import ModuleBuilder, program_positions
 
 _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 ALIGN = 64
+CACHE_MAGIC = b"gradir llvm object v1\n"
 
 
 def cache_dir() -> pathlib.Path | None:
@@ -62,15 +63,20 @@ def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
         return jit.JitModule.from_ir(ir_text), "compiled"
     key = hashlib.sha256("\0".join([ir_text, _version(), llvmlite.__version__, jit.cpu_key()]).encode()).hexdigest()
     path = where / f"{key}.o"
-    if path.exists():
-        try:
-            return jit.JitModule.from_object(path.read_bytes()), "cache"
-        except Exception:  # a corrupt or foreign entry: rebuild it
-            pass
+    try:
+        entry = path.read_bytes()
+    except OSError:
+        entry = b""
+    # an entry is a magic line, the SHA-256 of the object code, then the code: loading anything else
+    # could crash the process, so a corrupt or foreign entry is rebuilt instead
+    head, digest, obj = entry[:len(CACHE_MAGIC)], entry[len(CACHE_MAGIC):len(CACHE_MAGIC) + 32], entry[len(CACHE_MAGIC) + 32:]
+    if head == CACHE_MAGIC and obj and hashlib.sha256(obj).digest() == digest:
+        return jit.JitModule.from_object(obj), "cache"
     module = jit.JitModule.from_ir(ir_text)
     try:
         where.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, module.object_code())
+        obj = module.object_code()
+        write_atomic(path, CACHE_MAGIC + hashlib.sha256(obj).digest() + obj)
     except OSError:
         pass  # an unwritable cache only costs the next process a compile
     return module, "compiled"

@@ -1,0 +1,187 @@
+"""The LLVM backend against the NumPy reference: dtypes, fallbacks, schedules and recompute plans;
+its memory (one persistent arena, nothing else allocated per call), its on-disk cache, its errors,
+and the teaching view (kernel listing, LLVM IR, assembly)."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gradir as gr
+from gradir.backends.llvm import backend as llvm_backend
+from gradir.errors import ExecutionError
+
+RNG = np.random.default_rng(0)
+
+
+def both(fn, *args, **options):
+    """fn compiled by the NumPy backend and by LLVM, on args: (numpy results, llvm results, the llvm Compiled)."""
+    ref = gr.compile(fn, backend="numpy", **options)(*args)
+    c = gr.compile(fn, backend="llvm", **options)
+    return ref, c(*args), c
+
+
+def assert_same(got, want, rtol=1e-12, atol=0.0):
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def test_compile_defaults_to_llvm_and_numpy_is_one_keyword_away():
+    f = lambda x: gr.tanh(x) * 2.0
+    assert gr.compile(f).backend == "llvm" and gr.compile(f, backend="numpy").backend == "numpy"
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-14), (np.float32, 1e-6), (np.float16, 2e-3),
+                                         (ml_dtypes.bfloat16, 2e-2)])
+def test_float_dtypes_match_numpy(dtype, rtol):
+    """float16/bfloat16 compute in float32 and round after every op, as NumPy does: results agree to
+    the format's precision (an op's rounding may differ in the last bit)."""
+    x = RNG.standard_normal((6, 5)).astype(dtype)
+    w = RNG.standard_normal(5).astype(dtype)
+    f = lambda x, w: (gr.sum(gr.exp(x * w) - gr.tanh(x), axis=0), gr.max(x, axis=-1), gr.nn.softmax(x, axis=-1))
+    ref, got, _ = both(f, x, w)
+    assert_same(got, ref, rtol=rtol, atol=rtol)
+
+
+def test_integer_and_bool_ops_match_numpy():
+    a = RNG.integers(-20, 20, (4, 6)).astype(np.int32)
+    b = RNG.integers(1, 7, (4, 6)).astype(np.int32)
+    f = lambda a, b: (a % b, (a - 3) % -b, gr.maximum(a, b) * 2, gr.sum(a < b, axis=1), gr.abs(a), gr.sign(a),
+                      gr.logical_and(a > 0, b > 2), gr.where(a > b, a, b), gr.argmax(a, axis=1), gr.min(a, axis=1),
+                      a.astype(np.float32) / 3.0, gr.sum(a.astype(np.int64)))
+    ref, got, _ = both(f, a, b)
+    for g, w in zip(got, ref):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_special_values_follow_numpy():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310, -5.0, 3.0])
+    f = lambda x: (gr.exp(x), gr.log(gr.abs(x)), gr.tanh(x), gr.sqrt(x), x % 2.0, gr.maximum(x, 0.0), gr.sign(x),
+                   x.astype(np.int64) * 0 + gr.relu(x).astype(np.int64) * 0)
+    ref, got, _ = both(f, x)
+    for g, w in zip(got, ref):
+        np.testing.assert_array_equal(np.signbit(g[~np.isnan(w)]), np.signbit(w[~np.isnan(w)]))
+        np.testing.assert_allclose(g, w, rtol=1e-15)
+
+
+@pytest.mark.parametrize("policy", ["engine", "memory"])
+@pytest.mark.parametrize("remat", [None, "uniform", "selective", "mincut"])
+def test_every_schedule_and_recompute_plan(policy, remat):
+    x, w1, w2 = RNG.standard_normal((8, 5)), RNG.standard_normal((5, 6)), RNG.standard_normal((6, 3))
+
+    def loss(w1, w2, x):
+        h = x
+        for w in (w1, w2):
+            h = gr.tanh(h @ w)
+        return gr.sum(gr.nn.log_softmax(h, axis=-1))
+    ref, got, _ = both(gr.value_and_grad(loss, argnums=(0, 1)), w1, w2, x, policy=policy, remat=remat)
+    assert_same(got[0], ref[0])
+    assert_same(tuple(got[1]), tuple(ref[1]))
+
+
+def test_ops_no_kernel_lowers_fall_back_to_numpy_and_say_so():
+    x = RNG.standard_normal((3, 4))
+    f = lambda x: gr.tanh(gr.concatenate([x, x * 2.0], axis=0)) + 1.0
+    ref, got, c = both(f, x)
+    assert_same(got, ref)
+    listing = c.source(x)
+    assert "numpy   NumPy fallback (concatenate is not lowered)" in listing
+    z = np.exp(1j * RNG.standard_normal(3))  # complex values: every kernel falls back
+    ref, got, c = both(lambda z: z * z + 1.0, z)
+    assert_same(got, ref)
+    assert "dtype c128 is not lowered" in c.source(z)
+
+
+def test_arena_is_planned_persistent_and_the_only_memory_a_call_uses():
+    """A call allocates its outputs and nothing else: every intermediate lives in the arena, which
+    was sized by the fused program's memory plan and is reused by every call."""
+    x, w = RNG.standard_normal((256, 64)), RNG.standard_normal((64, 64))
+    f = gr.compile(gr.value_and_grad(lambda w, x: gr.sum(gr.tanh(x @ w) * gr.exp(x @ w))), backend="llvm")
+    f(w, x)
+    compiled = f._entry(f._args((w, x), {}))[1]
+    assert compiled.arena.nbytes == compiled.program.arena_bytes >= 2 * 256 * 64 * 8  # x @ w and tanh's input
+    address = compiled.arena.ctypes.data
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    out = f(w, x)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename") if s.size_diff > 0)
+    output_bytes = np.asarray(out[0]).nbytes + out[1].nbytes
+    assert grown < output_bytes + 16 * 1024, (grown, output_bytes)  # outputs + a few small Python objects
+    assert compiled.arena.ctypes.data == address
+
+
+def test_disk_cache_is_written_reused_and_rebuilt_when_corrupt(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIR_CACHE_DIR", str(tmp_path))
+    f = lambda x: gr.sin(x) * 3.0
+    x = RNG.standard_normal(7)
+    first = gr.compile(f, backend="llvm")
+    assert_same(first(x), np.sin(x) * 3.0, rtol=1e-15)
+    entries = list(tmp_path.glob("*.o"))
+    assert len(entries) == 1 and first._entry(first._args((x,), {}))[1].origin == "compiled"
+    again = gr.compile(f, backend="llvm")
+    assert_same(again(x), np.sin(x) * 3.0, rtol=1e-15)
+    assert again._entry(again._args((x,), {}))[1].origin == "cache"
+    entries[0].write_bytes(b"not an object file")
+    rebuilt = gr.compile(f, backend="llvm")
+    assert_same(rebuilt(x), np.sin(x) * 3.0, rtol=1e-15)
+    assert rebuilt._entry(rebuilt._args((x,), {}))[1].origin == "compiled"
+    assert entries[0].read_bytes() != b"not an object file"  # the entry was written anew
+    assert not list(tmp_path.glob("*.tmp*"))  # atomic writes leave nothing half-written behind
+    monkeypatch.setenv("GRADIR_CACHE_DIR", "off")
+    assert llvm_backend.cache_dir() is None
+
+
+def test_bad_indices_raise_the_located_gradir_error():
+    table, idx = RNG.standard_normal((5, 3)), np.array([0, 4, 7])
+    f = gr.compile(lambda t, i: gr.sum(gr.take(t, i, axis=0)), backend="llvm")
+    with pytest.raises(ExecutionError, match=r"take.*test_llvm_backend.py"):
+        f(table, idx)
+    logits = RNG.standard_normal((3, 4))
+    g = gr.compile(lambda z, y: gr.nn.cross_entropy(z, y), backend="llvm")
+    with pytest.raises(ExecutionError, match=r"class index 9 is out of range for 4 classes"):
+        g(logits, np.array([1, 9, 2]))
+    assert_same(g(logits, np.array([1, 3, 2])), gr.compile(lambda z, y: gr.nn.cross_entropy(z, y), backend="numpy")(
+        logits, np.array([1, 3, 2])))
+
+
+def test_the_teaching_view_listing_ir_and_assembly():
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    f = gr.compile(lambda x: gr.nn.softmax(x, axis=-1), backend="llvm")
+    f(x)
+    compiled = f._entry(f._args((x,), {}))[1]
+    src = f.source(x)
+    assert src.startswith("fused program") and "for [16] x 3 passes over [8]" in src and "define internal" in src
+    assert "<8 x float>" in compiled.optimized_ir or "<16 x float>" in compiled.optimized_ir  # vectorized
+    assert "ret" in compiled.assembly
+    timings = compiled.profile(x)
+    assert [h.split()[0] for h, _ in timings] == ["k0"] and all(t > 0 for _, t in timings)
+
+
+def test_torch_tensors_in_and_out_and_pytrees():
+    torch = pytest.importorskip("torch")
+    p = {"w": torch.randn(4, 3, dtype=torch.float64), "b": torch.randn(3, dtype=torch.float64)}
+    x = torch.randn(5, 4, dtype=torch.float64)
+    step = gr.compile(gr.value_and_grad(lambda p, x: gr.sum(gr.tanh(x @ p["w"] + p["b"]))), backend="llvm")
+    value, grads = step(p, x)
+    tp = {k: v.clone().requires_grad_() for k, v in p.items()}
+    loss = torch.tanh(x @ tp["w"] + tp["b"]).sum()
+    loss.backward()
+    assert isinstance(grads["w"], torch.Tensor)
+    np.testing.assert_allclose(float(value), loss.item(), rtol=1e-13)
+    for k in p:
+        np.testing.assert_allclose(grads[k].numpy(), tp[k].grad.numpy(), rtol=1e-12)
+
+
+def test_cache_dir_default_is_in_the_home_cache(monkeypatch):
+    monkeypatch.delenv("GRADIR_CACHE_DIR", raising=False)
+    assert llvm_backend.cache_dir() == llvm_backend.pathlib.Path.home() / ".cache" / "gradir" / "llvm"
+    assert os.environ.get("GRADIR_CACHE_DIR") is None
