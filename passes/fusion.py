@@ -12,7 +12,7 @@ The result is a `FusedProgram`: kernels in execution order, each covering some n
   (e.g. a bias gradient summing over the batch axis) accumulates into its output buffer as the
   nest runs; its result can be read only by later kernels.
 - ``matmul``: one matmul, run by BLAS (operand transposes become BLAS flags).
-- ``scatter``: `index_add` (the backward of a gather).
+- ``scatter``: `index_add` (the backward of a gather) and `index_update` (a write at integer indices).
 - ``numpy``: a node no compiled backend lowers (complex values, convolution folding, ...); it runs
   on the NumPy reference, and the listing says so.
 
@@ -40,7 +40,8 @@ LOOP, MATMUL, SCATTER, NUMPY = "loop", "matmul", "scatter", "numpy"
 VIEWS = frozenset({"broadcast_to", "transpose", "slice", "reshape", "stop_gradient"})
 REDUCTIONS = frozenset({"sum", "max", "min"})
 ARG_REDUCTIONS = frozenset({"argmax", "argmin"})  # row reductions only (over trailing axes)
-LOOP_OPS = frozenset({"take", "check_classes"}) | ARG_REDUCTIONS  # non-elementwise ops a loop computes
+PLACEMENTS = frozenset({"pad", "concatenate", "update_slice"})  # each output element comes from one operand element
+LOOP_OPS = frozenset({"take", "check_classes"}) | ARG_REDUCTIONS | PLACEMENTS  # non-elementwise ops a loop computes
 ELEMENTWISE = frozenset({  # the elementwise primitives compiled backends lower (others run on NumPy)
     "negative", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "rsqrt", "sin", "cos", "erf", "sign", "abs",
     "stop_gradient", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less", "less_equal",
@@ -189,7 +190,7 @@ class _Fuser:
                 self._new(NUMPY, n, note=self._why_not(n))
             elif n.op == "matmul":
                 self._new(MATMUL, n)
-            elif n.op == "index_add":
+            elif n.op in ("index_add", "index_update"):
                 self._new(SCATTER, n)
             elif n.op in VIEWS:  # a reshape NumPy must copy: a copy loop over its operand's shape
                 k = self._new(LOOP, n, domain=n.inputs[0].shape)
@@ -222,7 +223,7 @@ class _Fuser:
         if any(v.dtype not in LOWERED_DTYPES for v in (n, *n.inputs)):
             return False
         return n.op in ELEMENTWISE or n.op in REDUCTIONS or n.op in LOOP_OPS or n.op in VIEWS \
-            or n.op in ("matmul", "index_add")
+            or n.op in ("matmul", "index_add", "index_update")
 
     @staticmethod
     def _why_not(n: Value) -> str:
@@ -290,6 +291,10 @@ class _Fuser:
         if n.op == "take":
             axis, idx = n.attrs["axis"], n.inputs[1]
             return [(n.inputs[0], None), (idx, want[axis:axis + idx.ndim])]
+        if n.op == "update_slice":
+            return [(n.inputs[0], want), (n.inputs[1], None)]
+        if n.op in PLACEMENTS:  # pad, concatenate: operands read at computed coordinates, from memory
+            return [(u, None) for u in n.inputs]
         return [(u, want) for u in n.inputs]
 
     @staticmethod

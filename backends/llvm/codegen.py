@@ -21,7 +21,7 @@ from llvmlite import ir
 from gradir import dtypes
 from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import LOOP, MATMUL, NUMPY, REDUCTIONS, SCATTER, VIEWS, FusedProgram, Kernel
+from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, VIEWS, FusedProgram, Kernel
 
 from . import mathlib
 
@@ -215,6 +215,14 @@ class Emitter:
         code = ir.Constant(I32, node_code(self.program, node))
         old = self.b.load(self.err, typ=I32)
         self.b.store(self.b.select(bad, code, old), self.err)
+
+    def linear(self, coords, strides, offset=0) -> ir.Value:
+        """offset + sum(coordinate * stride): an element's position in its buffer."""
+        total = ir.Constant(I64, offset)
+        for i, s in zip(coords, strides):
+            if s:
+                total = self.b.add(total, self.b.mul(i, ir.Constant(I64, s)))
+        return total
 
     def finish(self) -> None:
         self.b.ret(self.b.load(self.err, typ=I32))
@@ -422,7 +430,8 @@ class LoopKernel(Emitter):
     # axes that every access walks contiguously merge into one loop (fewer, longer, vectorizable loops)
     def merge_axes(self, axes) -> list[tuple[list[int], int]]:
         axes = list(axes)
-        vectors = self.stride_vectors()
+        # placements compute per-axis coordinates: their kernels keep one loop per axis
+        vectors = [[1] * len(self.k.domain)] if any(n.op in PLACEMENTS for n in self.k.nodes) else self.stride_vectors()
         groups: list[list[int]] = []
         for d in axes:
             if groups:
@@ -543,6 +552,8 @@ class LoopKernel(Emitter):
             v = self.value(k.copies[n], tuple(range(len(k.domain))), memo)
         elif n.op == "take":
             v = self.gather(n, memo)
+        elif n.op in PLACEMENTS:
+            v = self.place(n, memo)
         elif n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
             raise AssertionError("reductions are read from rows")
         else:
@@ -570,6 +581,60 @@ class LoopKernel(Emitter):
         base = self.index(self.mapped(rest, xm, len(k.domain)), acc.offset)
         at = b.add(base, b.mul(i, ir.Constant(I64, acc.strides[axis])))
         return self.load_at(acc.owner, at, x.dtype)
+
+    # -- pad, concatenate, update_slice: each element is one operand element (or a fill value), chosen
+    # -- branch-free; the loads read a clamped, always valid position
+    def coords_of(self, n: Value) -> list[ir.Value]:
+        return [self.coords[d] if d is not None else ir.Constant(I64, 0) for d in self.k.maps[n]]
+
+    def load_coords(self, u: Value, coords: list[ir.Value]) -> ir.Value:
+        b, acc = self.b, self.program.access[u]
+        at = ir.Constant(I64, acc.offset)
+        for c, s in zip(coords, acc.strides):
+            if s:
+                at = b.add(at, b.mul(c, ir.Constant(I64, s)))
+        return self.load_at(acc.owner, at, u.dtype)
+
+    def in_range(self, c, lo: int, hi: int):
+        b = self.b
+        return b.and_(b.icmp_signed(">=", c, ir.Constant(I64, lo)), b.icmp_signed("<", c, ir.Constant(I64, hi)))
+
+    def strided(self, c, start: int, step: int, count: int):
+        """(inside, k): whether coordinate c is start + k*step for some 0 <= k < count, and k (clamped)."""
+        b = self.b
+        t = b.sub(c, ir.Constant(I64, start))
+        k = t if step == 1 else b.sdiv(t, ir.Constant(I64, step))
+        inside = self.in_range(t, 0, count * step - step + 1) if count else ir.Constant(I1, 0)
+        if step != 1:
+            inside = b.and_(inside, b.icmp_signed("==", b.srem(t, ir.Constant(I64, step)), ir.Constant(I64, 0)))
+        return inside, b.select(inside, k, ir.Constant(I64, 0))
+
+    def place(self, n: Value, memo) -> ir.Value:
+        b, a, c = self.b, n.attrs, self.coords_of(n)
+        if n.op == "pad":
+            x = n.inputs[0]
+            inside, at = ir.Constant(I1, 1), []
+            for ci, lo, inter, size in zip(c, a["lo"], a["interior"], x.shape):
+                ok, k = self.strided(ci, lo, inter + 1, size)
+                inside, at = b.and_(inside, ok), at + [k]
+            return b.select(inside, self.load_coords(x, at), self.constant(a["value"], n.dtype))
+        if n.op == "concatenate":
+            axis, offset, value = a["axis"], 0, None
+            for x in n.inputs:
+                size = x.shape[axis]
+                ok = self.in_range(c[axis], offset, offset + size)
+                k = b.select(ok, b.sub(c[axis], ir.Constant(I64, offset)), ir.Constant(I64, 0))
+                piece = self.load_coords(x, c[:axis] + [k] + c[axis + 1:]) if size else None
+                value = piece if value is None else value if piece is None else b.select(ok, piece, value)
+                offset += size
+            return value
+        x, v = n.inputs  # update_slice
+        inside, at = ir.Constant(I1, 1), []
+        for ci, start, stop, step in zip(c, a["starts"], a["stops"], a["steps"]):
+            ok, k = self.strided(ci, start, step, len(range(start, stop, step)))
+            inside, at = b.and_(inside, ok), at + [k]
+        new = self.load_coords(v, at) if v.size else self.value(x, self.k.maps[n], memo)
+        return b.select(inside, new, self.value(x, self.k.maps[n], memo))
 
     def check_classes(self, n: Value, i: ir.Value) -> None:
         b = self.b
@@ -806,38 +871,53 @@ def blas_layout(rows: int, cols: int, s_row: int, s_col: int):
 # -- scatter-add ----------------------------------------------------------------------------------------
 
 class ScatterKernel(Emitter):
-    """index_add: zeros, then out[..., idx[j] mod size, ...] += g[..., j, ...] over g's elements in order."""
+    """index_add: zeros, then out[..., idx[j] mod size, ...] += g[..., j, ...] over g's elements in order.
+    index_update: a copy of x, then out[..., idx[j], ...] = v[..., j, ...] in order (the last write wins)."""
 
     def emit(self):
         b = self.b
         n = self.k.nodes[0]
-        g, idx = n.inputs
-        axis, size = n.attrs["axis"], n.attrs["size"]
         out = self.program.access[n].owner
-        lp = self.loop_begin(max(n.size, 1), "zero")
-        self.store_at(out, lp.index, self.constant(0, n.dtype), n.dtype)
-        self.loop_end(lp)
+        if n.op == "index_update":
+            x, idx, g = n.inputs
+            axis = n.attrs["axis"]
+            size = x.shape[axis]
+            X = self.program.access[x]
+            loops = [self.loop_begin(s, f"x{d}") for d, s in enumerate(n.shape)]
+            c = [lp.index for lp in loops]
+            at = self.linear(c, c_strides(n.shape, 1))
+            self.store_at(out, at, self.load_at(X.owner, self.linear(c, X.strides, X.offset), x.dtype), n.dtype)
+            for lp in reversed(loops):
+                self.loop_end(lp)
+        else:
+            g, idx = n.inputs
+            axis, size = n.attrs["axis"], n.attrs["size"]
+            lp = self.loop_begin(max(n.size, 1), "zero")
+            self.store_at(out, lp.index, self.constant(0, n.dtype), n.dtype)
+            self.loop_end(lp)
         G, I = self.program.access[g], self.program.access[idx]
         loops = [self.loop_begin(s, f"g{d}") for d, s in enumerate(g.shape)]
         c = [lp.index for lp in loops]
 
-        def lin(coords, strides, offset=0):
-            total = ir.Constant(I64, offset)
-            for i, s in zip(coords, strides):
-                if s:
-                    total = b.add(total, b.mul(i, ir.Constant(I64, s)))
-            return total
+        lin = self.linear
         j = self.load_at(I.owner, lin(c[axis:axis + idx.ndim], I.strides, I.offset), idx.dtype)
         j = b.sext(j, I64) if j.type.width < 64 else j
         sz = ir.Constant(I64, size)
-        j = b.srem(j, sz)
-        j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+        if n.op == "index_update":  # NumPy's indexing: negative counts from the end, out of range is an error
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+            bad = b.or_(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.icmp_signed(">=", j, sz))
+            self.flag_error(bad, n)
+            j = b.select(bad, ir.Constant(I64, 0), j)
+        else:  # the adjoint of take: positions modulo the size
+            j = b.srem(j, sz)
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
         oc = c[:axis] + [j] + c[axis + idx.ndim:]
         at = lin(oc, c_strides(n.shape, 1))
         x = self.load_at(G.owner, lin(c, G.strides, G.offset), g.dtype)
-        old = self.load_at(out, at, n.dtype)
-        new = b.fadd(old, x) if is_float(n.dtype) else b.add(old, x)
-        self.store_at(out, at, self.round_low_precision(new, n.dtype), n.dtype)
+        if n.op == "index_add":
+            old = self.load_at(out, at, n.dtype)
+            x = self.round_low_precision(b.fadd(old, x) if is_float(n.dtype) else b.add(old, x), n.dtype)
+        self.store_at(out, at, x, n.dtype)
         for lp in reversed(loops):
             self.loop_end(lp)
         self.finish()
