@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 
 import gradir as gr
 from gradir.backends import run
-from gradir.cli import app
+from gradir.cli import app, load_target
 from gradir.errors import ModelFileError
 from gradir.passes import run_pipeline
+from gradir.passes.fusion import VIEWS
 from gradir.specs import TensorSpec, default_argnums, example_args, resolve_example
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -367,3 +368,20 @@ def test_trace_passes_prints_the_graph_after_every_pass():
 def test_trace_out_into_an_unwritable_place_is_a_one_line_error():
     result = runner.invoke(app, ["trace", str(TANH), "--out", "/proc/gradir-cannot-write-here"])
     assert result.exit_code == 2 and "cannot write into" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_trace_backend_llvm_prints_the_fused_kernels():
+    """`--backend llvm` adds the kernel listings: each kernel's loop nest and the IR nodes it covers,
+    every forward and backward node in one kernel (views and constants cost no kernel)."""
+    out = runner.invoke(app, ["trace", str(MLP), "--backend", "llvm"]).stdout
+    assert "forward kernels (llvm)" in out and "backward kernels (llvm)" in out
+    t = load_target(str(MLP), None, None)
+    j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums)
+    for part, graph in (("forward", j.forward), ("backward", j.backward)):
+        listing = str(j.kernels[part])
+        assert listing in out
+        covered = {line.split(" = ")[0].strip() for line in listing.splitlines() if line.startswith("    %")}
+        names = {f"%{i}" for i, v in enumerate(graph.all_values()) if v.op not in ("input", "const", *VIEWS)}
+        assert covered == names
+    bad = runner.invoke(app, ["trace", str(MLP), "--backend", "cuda"])
+    assert bad.exit_code != 0 and "unknown --backend 'cuda'" in bad.stderr

@@ -588,6 +588,8 @@ class LoopKernel(Emitter):
         return [self.coords[d] if d is not None else ir.Constant(I64, 0) for d in self.k.maps[n]]
 
     def load_coords(self, u: Value, coords: list[ir.Value]) -> ir.Value:
+        if u in self.immediates or u.op == "const" and not u.ndim:
+            return self.constant(self.immediates.get(u, u).attrs["value"].item(), u.dtype)
         b, acc = self.b, self.program.access[u]
         at = ir.Constant(I64, acc.offset)
         for c, s in zip(coords, acc.strides):
