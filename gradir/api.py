@@ -423,8 +423,14 @@ class Compiled:
         return self._entry(self._args(args, kwargs))[0]
 
     def source(self, *args, **kwargs) -> str:
-        """The Python/NumPy source the backend generated for `args`' signature."""
+        """What the backend generated for `args`' signature: Python/NumPy source, or for LLVM the
+        fused kernel listing followed by the LLVM IR."""
         return self._entry(self._args(args, kwargs))[1].source
+
+    def executable(self, *args, **kwargs):
+        """The backend's compiled program for `args`' signature (for LLVM: `.listing`, `.optimized_ir`,
+        `.assembly`, `.program` (the fused kernels), `.profile(*flat_args)` (seconds per kernel))."""
+        return self._entry(self._args(args, kwargs))[1]
 
     @property
     def cache_size(self) -> int:

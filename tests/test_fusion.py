@@ -80,7 +80,7 @@ def test_makemore_step_kernels_and_arena():
     p, (X_, Y_) = mlp_params(64), mlp_batch(32)
     step = gr.compile(gr.value_and_grad(mlp_loss), backend="llvm")
     step(p, X_, Y_)
-    program = step._entry(step._args((p, X_, Y_), {}))[1].program
+    program = step.executable(p, X_, Y_).program
     kinds = [k.kind for k in program.kernels]
     assert (kinds.count(LOOP), kinds.count(MATMUL), kinds.count(SCATTER)) == (16, 6, 1), str(program)
     # matmuls: 2 forward (embedding @ W1, h @ W2) and 4 backward (2 per weight: its gradient and the input's)

@@ -107,7 +107,7 @@ def test_arena_is_planned_persistent_and_the_only_memory_a_call_uses():
     x, w = RNG.standard_normal((256, 64)), RNG.standard_normal((64, 64))
     f = gr.compile(gr.value_and_grad(lambda w, x: gr.sum(gr.tanh(x @ w) * gr.exp(x @ w))), backend="llvm")
     f(w, x)
-    compiled = f._entry(f._args((w, x), {}))[1]
+    compiled = f.executable(w, x)
     assert compiled.arena.nbytes == compiled.program.arena_bytes >= 2 * 256 * 64 * 8  # x @ w and tanh's input
     address = compiled.arena.ctypes.data
     tracemalloc.start()
@@ -128,14 +128,14 @@ def test_disk_cache_is_written_reused_and_rebuilt_when_corrupt(tmp_path, monkeyp
     first = gr.compile(f, backend="llvm")
     assert_same(first(x), np.sin(x) * 3.0, rtol=1e-15)
     entries = list(tmp_path.glob("*.o"))
-    assert len(entries) == 1 and first._entry(first._args((x,), {}))[1].origin == "compiled"
+    assert len(entries) == 1 and first.executable(x).origin == "compiled"
     again = gr.compile(f, backend="llvm")
     assert_same(again(x), np.sin(x) * 3.0, rtol=1e-15)
-    assert again._entry(again._args((x,), {}))[1].origin == "cache"
+    assert again.executable(x).origin == "cache"
     entries[0].write_bytes(b"not an object file")
     rebuilt = gr.compile(f, backend="llvm")
     assert_same(rebuilt(x), np.sin(x) * 3.0, rtol=1e-15)
-    assert rebuilt._entry(rebuilt._args((x,), {}))[1].origin == "compiled"
+    assert rebuilt.executable(x).origin == "compiled"
     assert entries[0].read_bytes() != b"not an object file"  # the entry was written anew
     assert not list(tmp_path.glob("*.tmp*"))  # atomic writes leave nothing half-written behind
     monkeypatch.setenv("GRADIR_CACHE_DIR", "off")
@@ -159,7 +159,7 @@ def test_the_teaching_view_listing_ir_and_assembly():
     x = RNG.standard_normal((16, 8)).astype(np.float32)
     f = gr.compile(lambda x: gr.nn.softmax(x, axis=-1), backend="llvm")
     f(x)
-    compiled = f._entry(f._args((x,), {}))[1]
+    compiled = f.executable(x)
     src = f.source(x)
     assert src.startswith("fused program") and "for [16] x 3 passes over [8]" in src and "define internal" in src
     assert "<8 x float>" in compiled.optimized_ir or "<16 x float>" in compiled.optimized_ir  # vectorized
@@ -202,6 +202,6 @@ def test_big_kernels_run_on_threads_and_gradirs_gemm_matches_numpy(ta, tb):
         return gr.tanh(a @ w) * 2.0, gr.sum(gr.exp(-a * a), axis=-1)
     ref, got, c = both(f, a, w)
     assert_same(got, ref, rtol=2e-5, atol=2e-5)
-    ir_text = c._entry(c._args((a, w), {}))[1].module_ir
+    ir_text = c.executable(a, w).module_ir
     if llvm_backend.openmp_available():
         assert "GOMP_parallel" in ir_text and "gradir.gemm.f32.mt" in ir_text
