@@ -20,6 +20,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import threading
 
 import llvmlite
 import numpy as np
@@ -153,6 +154,7 @@ class LLVMCompiled:
             self._slots[base + j] = a.ctypes.data
         self._slots[self.arena_slot] = self.arena.ctypes.data
         self._slots_ptr = self._slots.ctypes.data
+        self._lock = threading.Lock()
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
         self._last_inputs = [None] * len(graph.inputs)
         self._out_parts, top = [], 0
@@ -186,6 +188,10 @@ class LLVMCompiled:
 
     # -- running
     def __call__(self, *args):
+        with self._lock:  # one arena and one slot table: calls from several Python threads take turns
+            return self._run(args)
+
+    def _run(self, args):
         slots, last = self._slots, self._last_inputs
         ins = []
         for i, (a, (dt, shape)) in enumerate(zip(args, self._in_types)):
