@@ -19,6 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from gradir import dtypes
+from gradir.dtypes import is_float
 from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, VIEWS, FusedProgram, Kernel
@@ -36,15 +37,6 @@ STORAGE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F16, dtypes
 COMPUTE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F32, dtypes.bfloat16: F32,
            dtypes.int64: I64, dtypes.int32: I32, dtypes.bool_: I1}
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
-
-
-def is_float(dt) -> bool:
-    return dtypes.is_float(dt)
-
-
-def node_code(program: FusedProgram, v: Value) -> int:
-    """The error code a kernel returns for node v (its position in the graph + 1)."""
-    return program_positions(program)[v] + 1
 
 
 def program_positions(program: FusedProgram) -> dict[Value, int]:
@@ -254,7 +246,7 @@ class Emitter:
 
     def flag_error(self, bad: ir.Value, node: Value) -> None:
         """Record (branch-free) that `node` met bad input; the kernel returns its code at the end."""
-        code = ir.Constant(I32, node_code(self.program, node))
+        code = ir.Constant(I32, self.mb.positions[node] + 1)  # the node's position in the graph, + 1
         old = self.b.load(self.err, typ=I32)
         self.b.store(self.b.select(bad, code, old), self.err)
 
