@@ -16,7 +16,6 @@ is rebuilt.
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import os
 import pathlib
@@ -84,26 +83,6 @@ def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
     return module, "compiled"
 
 
-@functools.cache
-def openmp_available() -> bool:
-    """Whether big loop kernels run on several threads: libgomp (GCC's OpenMP runtime) is found and
-    loaded, the machine has more than one core, and GRADIR_THREADS is not 1."""
-    if os.environ.get("GRADIR_THREADS") == "1" or (os.cpu_count() or 1) < 2:
-        return False
-    import ctypes.util
-
-    import llvmlite.binding as llvm
-
-    name = ctypes.util.find_library("gomp")
-    if name is None:
-        return False
-    try:
-        llvm.load_library_permanently(name)
-    except RuntimeError:
-        return False
-    return True
-
-
 def _segments(program: FusedProgram) -> list[list]:
     """Runs of compiled kernels, split by NumPy fallback kernels (which run between them)."""
     segments, current = [], []
@@ -135,8 +114,7 @@ class LLVMCompiled:
         self.consts = [v for v in dict.fromkeys(a.owner for a in p.access.values()) if v.op == "const"]
         steps = _segments(p)
         compiled = [s for s in steps if isinstance(s, list)]
-        mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts,
-                           threads=openmp_available())
+        mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts)
         self.module_ir = str(mb.build(compiled))
         self.jit, self.origin = load_module(self.module_ir)
         drivers = iter(_DRIVER(self.jit.address(f"gradir_run_{i}")) for i in range(len(compiled)))

@@ -24,7 +24,7 @@ from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, VIEWS, FusedProgram, Kernel
 
-from . import gemm, mathlib
+from . import mathlib
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -48,8 +48,7 @@ def program_positions(program: FusedProgram) -> dict[Value, int]:
 class ModuleBuilder:
     """Builds the LLVM module of a fused program (see the module docstring)."""
 
-    def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value],
-                 threads: bool = False):
+    def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value]):
         self.program = program
         self.module = ir.Module(name=program.graph.name)
         self.positions = program_positions(program)
@@ -64,7 +63,6 @@ class ModuleBuilder:
             self.slot[c] = base + j
         self.arena_slot = base + len(const_values)
         self.num_slots = self.arena_slot + 1
-        self.threads = threads  # big loop kernels run on an OpenMP team (libgomp) when true
         self._blas: dict[str, ir.Function] = {}
 
     # storage of a value's owner: (slot, byte offset)
@@ -102,53 +100,14 @@ class ModuleBuilder:
 
     def kernel_function(self, k: Kernel) -> ir.Function:
         params = self.kernel_params(k)
-        split = self.threads and k.kind == LOOP and parallel_loop(k)
-        extra = [I64, I64] if split else []  # a parallel kernel's body runs one range of its first loop
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(params) + extra),
-                         name=f"{k.name}.range" if split else k.name)
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(params)), name=k.name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # each kernel compiled once, called by the driver and its profiling entry
-        for a in fn.args[:len(params)]:
+        for a in fn.args:
             a.add_attribute("noalias")
         emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel}[k.kind]
-        e = emit(self, k, fn, dict(zip(params, fn.args)))
-        if split:
-            e.split = (fn.args[-2], fn.args[-1])
-        e.emit()
-        if split:
-            self.parallel_wrapper(k, fn, len(params), e.trips)
+        emit(self, k, fn, dict(zip(params, fn.args))).emit()
         return fn
-
-    def parallel_wrapper(self, k: Kernel, body: ir.Function, nargs: int, trips: int) -> None:
-        """k(args) runs body(args, lo, hi) on every thread of an OpenMP team (libgomp's GOMP_parallel),
-        each thread taking one contiguous range of the first loop's `trips` iterations."""
-        task = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{k.name}.task")
-        task.linkage = "internal"
-        b = ir.IRBuilder(task.append_basic_block("entry"))
-        args = [b.load(b.gep(task.args[0], [ir.Constant(I64, i)], source_etype=PTR), typ=PTR) for i in range(nargs)]
-        tid = b.sext(b.call(self.omp("omp_get_thread_num"), []), I64)
-        nt = b.sext(b.call(self.omp("omp_get_num_threads"), []), I64)
-        chunk = b.sdiv(b.add(ir.Constant(I64, trips), b.sub(nt, ir.Constant(I64, 1))), nt)
-        lo = b.mul(tid, chunk)
-        hi = b.select(b.icmp_signed("<", b.add(lo, chunk), ir.Constant(I64, trips)), b.add(lo, chunk),
-                      ir.Constant(I64, trips))
-        b.call(body, args + [lo, hi])
-        b.ret_void()
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * nargs), name=k.name)
-        fn.linkage = "internal"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        data = b.alloca(PTR, size=max(nargs, 1))
-        for i, a in enumerate(fn.args):
-            b.store(a, b.gep(data, [ir.Constant(I64, i)], source_etype=PTR))
-        b.call(self.omp("GOMP_parallel"), [task, data, ir.Constant(I32, 0), ir.Constant(I32, 0)])  # 0: default team
-        b.ret(ir.Constant(I32, 0))
-
-    def omp(self, name: str) -> ir.Function:
-        try:
-            return self.module.get_global(name)
-        except KeyError:
-            ty = ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32]) if name == "GOMP_parallel" else ir.FunctionType(I32, [])
-            return ir.Function(self.module, ty, name=name)
 
     def driver(self, name: str, kernels: list[Kernel]) -> None:
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=name)
@@ -262,28 +221,24 @@ class Emitter:
         self.b.ret(self.b.load(self.err, typ=I32))
 
     # -- loops
-    def loop_begin(self, n: int, name: str = "i", bounds=None):
-        """`for i in range(n)` (or over `bounds` = (lo, hi), run-time values); close it with loop_end."""
+    def loop_begin(self, n: int, name: str = "i"):
+        """`for i in range(n)`: the body follows until loop_end."""
         b = self.b
         pre = b.block
         header = self.fn.append_basic_block(f"{name}.body")
         after = self.fn.append_basic_block(f"{name}.end")
-        if bounds is not None:
-            b.cbranch(b.icmp_signed("<", bounds[0], bounds[1]), header, after)
-        else:
-            b.branch(header if n > 0 else after)  # an empty loop's body stays, unreachable
+        b.branch(header if n > 0 else after)  # an empty loop's body stays, unreachable
         b.position_at_end(header)
         phi = b.phi(I64, name=name)
-        if bounds is not None or n > 0:
-            phi.add_incoming(bounds[0] if bounds is not None else ir.Constant(I64, 0), pre)
-        return _Loop(phi, header, after, n, None if bounds is None else bounds[1])
+        if n > 0:
+            phi.add_incoming(ir.Constant(I64, 0), pre)
+        return _Loop(phi, header, after, n)
 
     def loop_end(self, loop: _Loop) -> None:
         b = self.b
         nxt = b.add(loop.index, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         loop.index.add_incoming(nxt, b.block)
-        end = loop.end if loop.end is not None else ir.Constant(I64, max(loop.n, 1))
-        b.cbranch(b.icmp_signed("<", nxt, end), loop.header, loop.after)
+        b.cbranch(b.icmp_unsigned("<", nxt, ir.Constant(I64, max(loop.n, 1))), loop.header, loop.after)
         b.position_at_end(loop.after)
 
     # -- elementwise ops
@@ -418,21 +373,11 @@ COMPARISONS = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal":
 
 
 class _Loop:
-    def __init__(self, index, header, after, n, end=None):
-        self.index, self.header, self.after, self.n, self.end = index, header, after, n, end
+    def __init__(self, index, header, after, n):
+        self.index, self.header, self.after, self.n = index, header, after, n
 
 
 # -- loop kernels ------------------------------------------------------------------------------------
-
-PARALLEL_ELEMENTS = 1 << 16  # loop kernels over at least this many points split their first loop across threads
-
-
-def parallel_loop(k: Kernel) -> bool:
-    """Whether a loop kernel's threads split its first loop. Only kernels that write each output element
-    in one iteration split (no memory accumulators, no error flags), and only big ones (a team costs µs)."""
-    return math.prod(k.domain) >= PARALLEL_ELEMENTS and not k.accumulated and not k.copies and \
-        not any(n.op in ("take", "check_classes") for n in k.nodes) and (bool(k.outer) or k.num_passes == 1)
-
 
 def reduction_identity(op: str, dt):
     if op == "sum":
@@ -447,8 +392,6 @@ def reduction_identity(op: str, dt):
 
 class LoopKernel(Emitter):
     """A fused loop nest: outer loops over the row axes, then one loop nest per pass over the inner axes."""
-
-    split = None  # (lo, hi) of the first loop when the kernel runs in parallel
 
     def emit(self):
         k, b = self.k, self.b
@@ -466,10 +409,7 @@ class LoopKernel(Emitter):
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
         for n in k.accumulated:  # memory accumulators start at the reduction's identity
             self.fill(n, reduction_identity(n.op, n.dtype))
-        groups = self.groups_outer or self.groups_inner
-        self.trips = groups[0][1] if groups else 1  # iterations of the loop a parallel kernel's threads split
-        loops = [self.loop_begin(size, f"o{g[0]}", self.split if i == 0 else None)
-                 for i, (g, size) in enumerate(self.groups_outer)]
+        loops = [self.loop_begin(size, f"o{g[0]}") for g, size in self.groups_outer]
         for (g, _), lp in zip(self.groups_outer, loops):
             self.coords[g[0]] = lp.index
         self.rows: dict[Value, ir.Value] = {}
@@ -737,9 +677,7 @@ class LoopKernel(Emitter):
 
     def emit_pass(self, p: int) -> None:
         k = self.k
-        split = self.split if not self.groups_outer else None  # no outer loop: the parallel loop is the pass's first
-        loops = [self.loop_begin(size, f"p{p}i{g[0]}", split if i == 0 else None)
-                 for i, (g, size) in enumerate(self.groups_inner)]
+        loops = [self.loop_begin(size, f"p{p}i{g[0]}") for g, size in self.groups_inner]
         for (g, _), lp in zip(self.groups_inner, loops):
             self.coords[g[0]] = lp.index
         memo: dict = {}
@@ -815,9 +753,8 @@ class LoopKernel(Emitter):
 # -- matmul --------------------------------------------------------------------------------------------
 
 class MatmulKernel(Emitter):
-    """C = A @ B with NumPy's matmul shapes, per batch element: below SMALL_MATMUL multiply-adds a loop;
-    with an OpenMP team, gradir's own packed gemm (backends/llvm/gemm.py) on it; else BLAS gemm (the
-    operands' transposes become its flags)."""
+    """C = A @ B with NumPy's matmul shapes, per batch element: BLAS gemm when the operands are strided
+    matrices (their transposes become its flags) with at least SMALL_MATMUL multiply-adds, else a loop."""
 
     def emit(self):
         n = self.k.nodes[0]
@@ -846,14 +783,10 @@ class MatmulKernel(Emitter):
                 ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
         blas = BLAS_GEMM.get(n.dtype)
         la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
-        if M * N * K < SMALL_MATMUL or blas is None:
-            self.loop_matmul(*offs)
-        elif self.mb.threads:  # gradir's own gemm on the OpenMP team: one thread pool for the whole program
-            self.call_own_gemm(*offs)
-        elif la and lb:
+        if M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
             self.call_gemm(blas, la, lb, *offs)
         else:
-            self.call_own_gemm(*offs)
+            self.loop_matmul(*offs)
         for lp in reversed(loops):
             self.loop_end(lp)
         self.finish()
@@ -864,16 +797,6 @@ class MatmulKernel(Emitter):
             if s:
                 total = self.b.add(total, self.b.mul(i, ir.Constant(I64, s)))
         return total
-
-    def call_own_gemm(self, a_off, b_off, c_off):
-        b = self.b
-        M, N, K = self.dims
-        ty = COMPUTE[self.n.dtype]
-        fn = gemm.gemm_function(self.module, ty, bool(self.mb.threads))
-        c = lambda v: ir.Constant(I64, v)
-        b.call(fn, [self.element_ptr(self.A.owner, a_off), c(self.a_mat[0]), c(self.a_mat[1]),
-                    self.element_ptr(self.B.owner, b_off), c(self.b_mat[0]), c(self.b_mat[1]),
-                    self.element_ptr(self.C.owner, c_off), c(N), c(M), c(N), c(K)])
 
     def call_gemm(self, gemm, la, lb, a_off, b_off, c_off):
         """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A)."""
