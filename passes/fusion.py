@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from gradir import dtypes
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import c_strides, nocopy_reshape
-from gradir.passes.memory import Buffer, best_fit, greedy_by_size
+from gradir.passes.memory import GREEDY_ORDERS, Buffer, best_fit, greedy_by_size
 from gradir.passes.report import human_bytes
 
 LOOP, MATMUL, SCATTER, NUMPY = "loop", "matmul", "scatter", "numpy"
@@ -47,6 +47,7 @@ ELEMENTWISE = frozenset({  # the elementwise primitives compiled backends lower 
     "stop_gradient", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less", "less_equal",
     "greater", "greater_equal", "equal", "not_equal", "remainder", "logical_and", "logical_or", "logical_not",
     "where", "convert"})
+GREEDY_LIMIT = 2000  # buffers up to which the (quadratic) greedy placements are tried besides best fit
 LOWERED_DTYPES = frozenset({dtypes.float64, dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int64,
                             dtypes.int32, dtypes.bool_})
 
@@ -473,15 +474,18 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             _assign_passes(k)
 
     # the arena: stored intermediates (not returned), alive from their kernel to their last reader
+    # in a fixed order (kernel, then place in it): the placement must not depend on where Python put the Values
+    place = {v: (k.index, i) for k in kernels for i, v in enumerate(k.nodes)}
     bufs = [Buffer(v, max(v.nbytes, v.dtype.itemsize), kernel_of[v].index, max(kernel_of[v].index, last_read.get(v, 0)))
-            for v in sorted(materialized - set(outputs_done), key=lambda v: kernel_of[v].index)]
+            for v in sorted(materialized - set(outputs_done), key=place.__getitem__)]
     arena = best_fit(bufs, len(kernels))
     best = {b.value: b.offset for b in bufs}
-    if greedy_by_size(bufs) > arena:  # keep whichever placement packs tighter
-        for b in bufs:
-            b.offset = best[b.value]
-    else:
-        arena = max((b.offset + b.nbytes for b in bufs), default=0)
+    for order in GREEDY_ORDERS.values() if len(bufs) <= GREEDY_LIMIT else ():  # keep the tightest placement
+        size = greedy_by_size(bufs, order)
+        if size < arena:
+            arena, best = size, {b.value: b.offset for b in bufs}
+    for b in bufs:
+        b.offset = best[b.value]
     live = [0] * len(kernels)
     for b in bufs:
         for t in range(b.start, b.end + 1):

@@ -170,13 +170,20 @@ def best_fit(bufs: list[Buffer], steps: int) -> int:
     return top
 
 
-def greedy_by_size(bufs: list[Buffer]) -> int:
-    """Place the largest buffers first, each at the lowest offset that clears every placed buffer
-    alive at the same time (TFLite's greedy-by-size). Often reaches the peak where best fit
-    fragments; sets offsets and returns the arena size."""
+GREEDY_ORDERS = {  # the orders greedy placement tries (ties between equal sizes decide a lot)
+    "size, then start": lambda b: (-b.nbytes, b.start),
+    "size, then longest life": lambda b: (-b.nbytes, b.start - b.end, b.start),
+    "bytes x life": lambda b: (-b.nbytes * (b.end - b.start + 1), b.start),
+}
+
+
+def greedy_by_size(bufs: list[Buffer], order=GREEDY_ORDERS["size, then start"]) -> int:
+    """Place buffers in `order` (largest first), each at the lowest offset that clears every placed
+    buffer alive at the same time (TFLite's greedy-by-size). Often reaches the peak where best fit
+    fragments; sets offsets and returns the arena size. Quadratic in the number of buffers."""
     placed: list[Buffer] = []
     top = 0
-    for b in sorted(bufs, key=lambda b: (-b.nbytes, b.start)):
+    for b in sorted(bufs, key=order):
         offset = 0
         for other in sorted((o for o in placed if o.overlaps(b)), key=lambda o: o.offset):
             if offset + b.nbytes <= other.offset:
