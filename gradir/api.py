@@ -39,10 +39,7 @@ class _Args:
     in_tree: Any
     leaf_ranges: list[range]  # leaves belonging to each positional argument
     torch_out: bool
-
-    @property
-    def traced(self) -> bool:
-        return is_traced(*self.flat)
+    traced: bool  # called inside an enclosing trace (some leaf is a traced Value)
 
     @functools.cached_property
     def names(self) -> list[str]:
@@ -73,9 +70,13 @@ def _prepare(fn, args) -> _Args:
         ranges.append(range(len(flat), len(flat) + len(leaves)))
         flat.extend(leaves)
         trees.append(tree)
-    torch_out = any(is_torch(x) for x in flat)
-    flat = [x if type(x) is np.ndarray else _as_leaf(x) for x in flat]
-    return _Args(fn, tuple(args), flat, TreeDef("tuple", tuple(trees)), ranges, torch_out)
+    torch_out = traced = False
+    for i, x in enumerate(flat):  # NumPy arrays, the common case, pass through untouched
+        if type(x) is not np.ndarray:
+            torch_out = torch_out or is_torch(x)
+            traced = traced or isinstance(x, Value)
+            flat[i] = _as_leaf(x)
+    return _Args(fn, tuple(args), flat, TreeDef("tuple", tuple(trees)), ranges, torch_out, traced)
 
 
 def _finish(values, a: _Args):
@@ -84,7 +85,7 @@ def _finish(values, a: _Args):
         return values
     out = []
     for v in values:
-        v = np.asarray(v)
+        v = v if type(v) is np.ndarray else np.asarray(v)
         if a.torch_out:
             out.append(numpy_to_torch(v))
         else:
@@ -390,7 +391,8 @@ class Compiled:
 
     def _entry(self, a: _Args):
         key = self._signature(a)
-        if key not in self._cache:
+        entry = self._cache.get(key)
+        if entry is None:
             from gradir.backends import compile_graph
             from gradir.passes import run_pipeline
             from gradir.passes.schedule import schedule
@@ -404,8 +406,8 @@ class Compiled:
                 raise GradirError("a compiled function may not close over values of an enclosing trace",
                                   op="compile", source=user_source())
             order = schedule(graph, self.policy).order
-            self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order, backend=self.backend))
-        return self._cache[key]
+            entry = self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order, backend=self.backend))
+        return entry
 
     def _args(self, args, kwargs) -> _Args:
         return _prepare(functools.partial(self.fn, **kwargs) if kwargs else self.fn, args)

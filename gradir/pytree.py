@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -11,6 +11,13 @@ class TreeDef:
     kind: str  # "leaf" | "none" | "tuple" | "list" | "dict"
     children: tuple[TreeDef, ...] = ()
     keys: tuple = ()
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self):  # hashed once: compiled functions look their cache up by it on every call
+        object.__setattr__(self, "_hash", hash((self.kind, self.children, self.keys)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def num_leaves(self) -> int:
