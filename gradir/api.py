@@ -83,13 +83,17 @@ def _finish(values, a: _Args):
     """Return values to the user: NumPy scalars for 0-d results, torch tensors if torch came in."""
     if a.traced or is_traced(*values):  # inside an enclosing trace
         return values
+    if a.torch_out:
+        return [numpy_to_torch(np.asarray(v)) for v in values]
+    return _numpy_results(values)
+
+
+def _numpy_results(values) -> list:
+    """Arrays as NumPy gives them back: 0-d results as NumPy scalars."""
     out = []
     for v in values:
         v = v if type(v) is np.ndarray else np.asarray(v)
-        if a.torch_out:
-            out.append(numpy_to_torch(v))
-        else:
-            out.append(v[()] if v.ndim == 0 else v)
+        out.append(v[()] if v.ndim == 0 else v)
     return out
 
 
@@ -376,6 +380,7 @@ class Compiled:
                               source=user_source())
         self.fn, self.backend, self.check, self.policy = fn, backend, check, policy
         self._cache: dict = {}
+        self._arrays: dict = {}  # the same entries, by the shapes and dtypes of all-array calls
         functools.update_wrapper(self, fn)
 
     def _signature(self, a: _Args):
@@ -413,11 +418,19 @@ class Compiled:
         return _prepare(functools.partial(self.fn, **kwargs) if kwargs else self.fn, args)
 
     def __call__(self, *args, **kwargs):
+        arrays = not kwargs and all(type(x) is np.ndarray for x in args)
+        if arrays:  # only NumPy arrays: the signature is their shapes and dtypes, looked up without flattening
+            entry = self._arrays.get(tuple((x.shape, x.dtype) for x in args))
+            if entry is not None:
+                return tree_unflatten(entry[0].out_tree, _numpy_results(entry[1](*args)))
         a = self._args(args, kwargs)
         if a.traced:  # compile inside a trace: just inline the function
             graph = _trace(a.fn, a)
             return tree_unflatten(graph.out_tree, inline(graph, a.flat + _captures(graph)))
-        graph, compiled = self._entry(a)
+        entry = self._entry(a)
+        if arrays:
+            self._arrays[tuple((x.shape, x.dtype) for x in args)] = entry
+        graph, compiled = entry
         return tree_unflatten(graph.out_tree, _finish(compiled(*a.flat), a))
 
     def graph(self, *args, **kwargs) -> Graph:
