@@ -8,7 +8,9 @@ where asked and installed), on the issue's workloads:
 - the cost of gradir's front end for the MLP step: trace + autodiff + passes + code generation.
 
 Reports medians over repeated runs and the ratio to PyTorch eager, prints a table and writes it to
-benchmarks/results.md (atomically). Run: python benchmarks/bench_core.py [--repeats N] [--torch-compile]
+benchmarks/core.md (atomically). The side-by-side comparison of all backends and systems, interleaved,
+is benchmarks/bench_backends.py (which writes benchmarks/results.md).
+Run: python benchmarks/bench_core.py [--repeats N] [--torch-compile]
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import gradir as gr
 from gradir.fileio import write_atomic
 
-RESULTS = pathlib.Path(__file__).with_name("results.md")
+RESULTS = pathlib.Path(__file__).with_name("core.md")
 
 
 # -- workloads --------------------------------------------------------------------------------------

@@ -1,0 +1,716 @@
+"""Side-by-side timing of gradir's backends against PyTorch eager, torch.compile and JAX jit.
+
+Systems: gradir LLVM (when built), gradir NumPy, PyTorch eager, torch.compile (Inductor, default
+mode), JAX jit. A system that is not installed or fails to compile is skipped with the reason.
+Workloads, each one call returning the loss and the gradients of every parameter:
+
+- dot     dot(1000)+tanh in float64, gradients wrt both vectors;
+- mlp32   the makemore MLP training step (bench_core.py's: embedding, linear, BatchNorm with batch
+          statistics and unbiased variance, tanh, linear, cross-entropy) in float32, B=32 / H=64;
+- mlp1024 the same at B=1024 / H=512;
+- gpt     a GPT-2-style block in float32 (B=8, T=64, C=128, 4 heads): pre-LayerNorm causal
+          self-attention and an erf-GELU MLP (4C), both residual; loss = mean(y**2), gradients
+          of every weight and bias.
+
+Method: every system's loss and gradients are first checked against gradir NumPy's (a system that
+disagrees is reported "wrong" and not timed). Then, after a warm-up, the systems are timed in
+interleaved rounds: each round runs every system once, in a shuffled order, for a block of k calls
+(k chosen per system so a block lasts about --block-ms), each block after a pause (--pause-ms: on a
+2-core machine the previous system's still-spinning worker threads, OpenBLAS's for up to ~0.1 s, would
+otherwise stall the next system's threads many-fold) and a few untimed calls; the per-call time of a
+block is one sample,
+and the table reports the median over rounds, the spread (half the interquartile range, in % of the
+median) and the ratio to the fastest *other* system (< 1.00x: faster than every other system).
+"compile" is the first call of a fresh compiled object minus a steady call; gradir's is measured
+with GRADIR_CACHE_DIR=off (no on-disk cache), torch.compile's may use Inductor's on-disk cache.
+
+Writes the tables to benchmarks/results.md (atomically). Run:
+  python benchmarks/bench_backends.py [--rounds N] [--workloads dot,mlp32,mlp1024,gpt]
+      [--systems llvm,numpy,torch,torch.compile,jax] [--unset-openblas-coretype] [--out PATH] [--quick]
+      [--block-ms MS] [--pause-ms MS] [--warmup-s S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import functools
+import gc
+import importlib.util
+import math
+import os
+import pathlib
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import gradir as gr
+from gradir.fileio import write_atomic
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_core import dot_tanh, mlp_batch, mlp_loss, mlp_params, torch_mlp_step  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).with_name("results.md")
+OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+# system keys (for --systems) -> names in the tables
+SYSTEMS = {
+    "llvm": "gradir llvm",
+    "numpy": "gradir numpy",
+    "torch": "PyTorch eager",
+    "torch.compile": "torch.compile",
+    "jax": "JAX jit",
+}
+REFERENCE = "numpy"
+
+
+# -- the GPT-2-style block ------------------------------------------------------------------------
+
+GPT_B, GPT_T, GPT_C, GPT_HEADS = 8, 64, 128, 4
+LN_EPS = 1e-5
+
+
+def gpt_params(seed: int = 0, C: int = GPT_C) -> dict:
+    """Block weights in torch's layout (linear weights are (out, in)); LayerNorm gains near 1 and
+    non-zero biases, so every term of the gradient is exercised."""
+    rng = np.random.default_rng(seed)
+    f = lambda *s, scale: (rng.standard_normal(s) * scale).astype(np.float32)
+    return {
+        "ln1_w": 1 + f(C, scale=0.1), "ln1_b": f(C, scale=0.1),
+        "attn_w": f(3 * C, C, scale=C ** -0.5), "attn_b": f(3 * C, scale=0.02),
+        "proj_w": f(C, C, scale=C ** -0.5), "proj_b": f(C, scale=0.02),
+        "ln2_w": 1 + f(C, scale=0.1), "ln2_b": f(C, scale=0.1),
+        "fc_w": f(4 * C, C, scale=C ** -0.5), "fc_b": f(4 * C, scale=0.02),
+        "fc2_w": f(C, 4 * C, scale=(4 * C) ** -0.5), "fc2_b": f(C, scale=0.02),
+    }
+
+
+def gpt_input(seed: int = 1, B: int = GPT_B, T: int = GPT_T, C: int = GPT_C) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((B, T, C)).astype(np.float32)
+
+
+def gpt_loss(p, x, heads: int = GPT_HEADS):
+    """mean(block(x)**2) for the pre-LayerNorm block, written with gradir ops."""
+    B, T, C = x.shape
+    hd = C // heads
+    split = lambda y: gr.swapaxes(gr.reshape(y, (B, T, heads, hd)), 1, 2)  # (B, T, C) -> (B, H, T, hd)
+    h = gr.nn.layer_norm(x, p["ln1_w"], p["ln1_b"], eps=LN_EPS)
+    qkv = gr.nn.linear(h, p["attn_w"], p["attn_b"])
+    q, k, v = split(qkv[..., :C]), split(qkv[..., C:2 * C]), split(qkv[..., 2 * C:])
+    s = q @ gr.swapaxes(k, -1, -2) * (1.0 / math.sqrt(hd))
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    s = gr.where(np.broadcast_to(causal, s.shape), s, -np.inf)  # query i sees keys j <= i
+    o = gr.reshape(gr.swapaxes(gr.nn.softmax(s, axis=-1) @ v, 1, 2), (B, T, C))
+    x = x + gr.nn.linear(o, p["proj_w"], p["proj_b"])
+    h = gr.nn.layer_norm(x, p["ln2_w"], p["ln2_b"], eps=LN_EPS)
+    x = x + gr.nn.linear(gr.nn.gelu(gr.nn.linear(h, p["fc_w"], p["fc_b"])), p["fc2_w"], p["fc2_b"])  # erf GELU
+    return gr.mean(x * x)
+
+
+def torch_gpt_step(torch, p, x, heads: int = GPT_HEADS):
+    """The same block in PyTorch: loss and the gradients of every parameter (in p's order)."""
+    import torch.nn.functional as F
+
+    B, T, C = x.shape
+    hd = C // heads
+    split = lambda y: y.reshape(B, T, heads, hd).transpose(1, 2)
+    h = F.layer_norm(x, (C,), p["ln1_w"], p["ln1_b"], eps=LN_EPS)
+    q, k, v = (split(y) for y in F.linear(h, p["attn_w"], p["attn_b"]).split(C, dim=-1))
+    s = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(hd))
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    s = s.masked_fill(~causal, float("-inf"))
+    o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+    x = x + F.linear(o, p["proj_w"], p["proj_b"])
+    h = F.layer_norm(x, (C,), p["ln2_w"], p["ln2_b"], eps=LN_EPS)
+    x = x + F.linear(F.gelu(F.linear(h, p["fc_w"], p["fc_b"])), p["fc2_w"], p["fc2_b"])  # approximate="none": erf
+    loss = (x * x).mean()
+    return loss, torch.autograd.grad(loss, list(p.values()))
+
+
+def jax_gpt_loss(jax, p, x, heads: int = GPT_HEADS):
+    jnp = jax.numpy
+    B, T, C = x.shape
+    hd = C // heads
+    split = lambda y: y.reshape(B, T, heads, hd).transpose(0, 2, 1, 3)
+
+    def layer_norm(y, w, b):
+        mean = y.mean(-1, keepdims=True)
+        var = ((y - mean) ** 2).mean(-1, keepdims=True)
+        return (y - mean) * jax.lax.rsqrt(var + LN_EPS) * w + b
+
+    linear = lambda y, w, b: y @ w.T + b
+    h = layer_norm(x, p["ln1_w"], p["ln1_b"])
+    qkv = linear(h, p["attn_w"], p["attn_b"])
+    q, k, v = split(qkv[..., :C]), split(qkv[..., C:2 * C]), split(qkv[..., 2 * C:])
+    s = q @ k.transpose(0, 1, 3, 2) * (1.0 / math.sqrt(hd))
+    s = jnp.where(jnp.tril(jnp.ones((T, T), dtype=bool)), s, -jnp.inf)
+    o = (jax.nn.softmax(s, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+    x = x + linear(o, p["proj_w"], p["proj_b"])
+    h = layer_norm(x, p["ln2_w"], p["ln2_b"])
+    x = x + linear(jax.nn.gelu(linear(h, p["fc_w"], p["fc_b"]), approximate=False), p["fc2_w"], p["fc2_b"])
+    return jnp.mean(x * x)
+
+
+# -- the other workloads in torch and JAX ---------------------------------------------------------
+
+def torch_dot_step(torch, w, x):
+    out = torch.tanh(torch.dot(w, x))
+    return out, torch.autograd.grad(out, [w, x])
+
+
+def jax_dot_loss(jax, w, x):
+    return jax.numpy.tanh(jax.numpy.dot(w, x))
+
+
+def jax_mlp_loss(jax, p, X, Y):
+    """bench_core.mlp_loss in jax.numpy: BatchNorm with the unbiased batch variance, mean cross-entropy."""
+    jnp = jax.numpy
+    emb = p["C"][X]
+    h_pre = emb.reshape(X.shape[0], -1) @ p["W1"] + p["b1"]
+    mean = h_pre.mean(0, keepdims=True)
+    var = h_pre.var(0, keepdims=True, ddof=1)
+    h = jnp.tanh(p["gamma"] * (h_pre - mean) * jax.lax.rsqrt(var + 1e-5) + p["beta"])
+    logp = jax.nn.log_softmax(h @ p["W2"] + p["b2"], axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, Y[:, None], axis=1))
+
+
+# -- workloads -------------------------------------------------------------------------------------
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    args: tuple  # NumPy arguments: the differentiated ones first, then the rest (integer data)
+    argnums: int | tuple[int, ...]  # which of args are differentiated (a dict argument: all its leaves)
+    names: list[str]  # gradient names, in the order the torch step returns them
+    gradir_loss: Callable
+    torch_step: Callable  # (torch, *torch_args) -> (loss, sequence of gradients)
+    jax_loss: Callable  # (jax, *jax_args) -> loss
+    rtol: float
+
+
+def workload(key: str) -> Workload:
+    if key == "dot":
+        rng = np.random.default_rng(2)
+        w, x = rng.standard_normal(1000) / 30, rng.standard_normal(1000)
+        return Workload("dot", "dot(1000)+tanh f64", (w, x), (0, 1), ["w", "x"], dot_tanh, torch_dot_step,
+                        jax_dot_loss, rtol=1e-10)
+    if key in ("mlp32", "mlp1024"):
+        batch, hidden = (32, 64) if key == "mlp32" else (1024, 512)
+        p, (X, Y) = mlp_params(hidden), mlp_batch(batch)
+        return Workload(key, f"makemore MLP step B={batch} H={hidden} f32", (p, X, Y), 0, list(p), mlp_loss,
+                        torch_mlp_step, jax_mlp_loss, rtol=1e-4)
+    if key == "gpt":
+        p = gpt_params()
+        return Workload("gpt", f"GPT-2 block B={GPT_B} T={GPT_T} C={GPT_C} heads={GPT_HEADS} f32",
+                        (p, gpt_input()), 0, list(p), gpt_loss, torch_gpt_step, jax_gpt_loss, rtol=1e-4)
+    raise ValueError(f"unknown workload {key!r}; choose from dot, mlp32, mlp1024, gpt")
+
+
+WORKLOADS = ("dot", "mlp32", "mlp1024", "gpt")
+
+
+def _named(names, grads) -> dict[str, np.ndarray]:
+    """Gradients as {name: NumPy array}, from a dict (by name) or a sequence (in `names` order)."""
+    if isinstance(grads, dict):
+        return {k: np.asarray(grads[k]) for k in names}
+    if len(names) == 1 and not isinstance(grads, (tuple, list)):
+        grads = [grads]
+    return {k: np.asarray(g) for k, g in zip(names, grads)}
+
+
+# -- systems: each becomes a Runner (one call = loss and gradients) or a reason it was skipped -----
+
+@dataclass
+class Runner:
+    key: str
+    call: Callable[[], Any]  # one step, synchronised; returns the system's own output
+    unpack: Callable[[Any], tuple[float, dict[str, np.ndarray]]]
+    compile_ms: float = float("nan")
+    samples: list[float] = field(default_factory=list)  # per-call seconds, one per timed block
+
+
+class Skip(Exception):
+    """A system that cannot run this workload (not installed, not built, failed to compile)."""
+
+
+def _first_call(runner: Runner, steady_calls: int = 5, env: dict | None = None) -> Runner:
+    """Run the first call (the compile) and a few steady ones; compile_ms = first - median steady."""
+    try:
+        with _env(env or {}):
+            t0 = time.perf_counter()
+            runner.call()
+            first = time.perf_counter() - t0
+    except Exception as e:  # any failure to build or run skips the system
+        raise Skip(f"failed to compile or run: {type(e).__name__}: {_short(e)}") from e
+    steady = []
+    for _ in range(steady_calls):
+        t0 = time.perf_counter()
+        runner.call()
+        steady.append(time.perf_counter() - t0)
+    runner.compile_ms = (first - statistics.median(steady)) * 1e3
+    return runner
+
+
+@contextlib.contextmanager
+def _env(values: dict):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _short(e: BaseException, n: int = 160) -> str:
+    s = " ".join(str(e).split())
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _gradir_runner(w: Workload, backend: str) -> Runner:
+    import gradir.backends
+
+    if backend not in gradir.backends.BACKENDS:
+        raise Skip("not available (backend not built)")
+    step = gr.compile(gr.value_and_grad(w.gradir_loss, argnums=w.argnums), backend=backend)
+    args = w.args
+    runner = Runner(backend, lambda: step(*args), lambda out: (float(out[0]), _named(w.names, out[1])))
+    # compile time without gradir's on-disk cache (a backend without one ignores the variable)
+    return _first_call(runner, env={"GRADIR_CACHE_DIR": "off"})
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise Skip("not installed (torch)") from e
+    return torch
+
+
+def _torch_args(torch, w: Workload):
+    nd = len(w.argnums) if isinstance(w.argnums, tuple) else w.argnums + 1  # differentiated args come first
+    out = []
+    for i, a in enumerate(w.args):
+        if isinstance(a, dict):
+            out.append({k: torch.tensor(v, requires_grad=i < nd) for k, v in a.items()})
+        else:
+            out.append(torch.tensor(a, requires_grad=i < nd and np.issubdtype(a.dtype, np.floating)))
+    return out
+
+
+def _torch_unpack(w: Workload):
+    return lambda out: (out[0].item(), _named(w.names, [g.detach().numpy() for g in out[1]]))
+
+
+def _torch_eager_runner(w: Workload) -> Runner:
+    torch = _torch()
+    targs = _torch_args(torch, w)
+    runner = _first_call(Runner("torch", lambda: w.torch_step(torch, *targs), _torch_unpack(w)))
+    runner.compile_ms = math.nan  # nothing to compile
+    return runner
+
+
+def _torch_compile_runner(w: Workload) -> Runner:
+    torch = _torch()
+    targs = _torch_args(torch, w)
+    step = torch.compile(functools.partial(w.torch_step, torch))  # Inductor, default mode
+    return _first_call(Runner("torch.compile", lambda: step(*targs), _torch_unpack(w)))
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError as e:
+        raise Skip("not installed (jax)") from e
+    jax.config.update("jax_enable_x64", True)  # float64 workloads stay float64 (float32 ones stay float32)
+    return jax
+
+
+def _jax_runner(w: Workload) -> Runner:
+    jax = _jax()
+    f = jax.jit(jax.value_and_grad(functools.partial(w.jax_loss, jax), argnums=w.argnums))
+    jargs = jax.device_put(w.args)
+    return _first_call(Runner("jax", lambda: jax.block_until_ready(f(*jargs)),
+                              lambda out: (float(out[0]), _named(w.names, out[1]))))
+
+
+BUILDERS = {
+    "llvm": lambda w: _gradir_runner(w, "llvm"),
+    "numpy": lambda w: _gradir_runner(w, "numpy"),
+    "torch": _torch_eager_runner,
+    "torch.compile": _torch_compile_runner,
+    "jax": _jax_runner,
+}
+
+
+# -- correctness -----------------------------------------------------------------------------------
+
+def max_rel_error(ref: tuple[float, dict], got: tuple[float, dict]) -> float:
+    """Largest error over the loss and every gradient, each relative to that array's largest reference
+    magnitude, floored at 1e-2 of the largest gradient overall (a gradient that is zero in exact
+    arithmetic, such as a bias just before BatchNorm, holds only rounding noise)."""
+    (l0, g0), (l1, g1) = ref, got
+    errs = [abs(l1 - l0) / max(abs(l0), 1e-30)]
+    scale = max([float(np.max(np.abs(r))) for r in g0.values() if r.size] + [1e-30])
+    for k, r in g0.items():
+        a = np.asarray(g1[k])
+        if a.shape != r.shape:
+            return float("inf")
+        if r.size:
+            err = np.max(np.abs(a.astype(np.float64) - r))
+            errs.append(float(err) / max(float(np.max(np.abs(r))), 1e-2 * scale))
+    return max(errs)
+
+
+def check(w: Workload, runners: dict[str, Runner], log=print) -> dict[str, float]:
+    """Compare every runner with gradir NumPy; remove (and report) the ones that disagree."""
+    if REFERENCE not in runners:
+        raise RuntimeError("gradir numpy (the reference) did not run")
+    ref = runners[REFERENCE].unpack(runners[REFERENCE].call())
+    errors = {}
+    for key in list(runners):
+        err = max_rel_error(ref, runners[key].unpack(runners[key].call()))
+        errors[key] = err
+        ok = err <= w.rtol
+        log(f"  check {SYSTEMS[key]:<14} max rel error {err:.1e} (tolerance {w.rtol:.0e}): {'ok' if ok else 'WRONG'}")
+        if not ok:
+            del runners[key]
+    return errors
+
+
+def build(w: Workload, systems, log=print) -> tuple[dict[str, Runner], dict[str, str]]:
+    runners, skipped = {}, {}
+    for key in systems:
+        try:
+            runners[key] = BUILDERS[key](w)
+        except Skip as e:
+            skipped[key] = str(e)
+            log(f"  {SYSTEMS[key]}: {e}")
+    return runners, skipped
+
+
+# -- timing ----------------------------------------------------------------------------------------
+
+def _block(call: Callable, k: int, limit_s: float = math.inf) -> float:
+    """Seconds per call over k back-to-back calls (fewer if they pass limit_s: a system slowed down
+    many-fold by another process does not stretch the run), with the garbage collector off."""
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        n = 0
+        while n < k:
+            call()
+            n += 1
+            if time.perf_counter() - t0 > limit_s:
+                break
+        return (time.perf_counter() - t0) / n
+    finally:
+        gc.enable()
+
+
+def _settle(call: Callable, pause_s: float, warm_s: float) -> None:
+    """Sleep, so the previous system's idle worker threads stop spinning (OpenBLAS's spin for up to
+    ~0.1 s after a call and, on 2 cores, stall another system's thread team many-fold), then wake this
+    system's threads up with untimed calls for about warm_s (at least one)."""
+    if pause_s:
+        time.sleep(pause_s)
+    t_end = time.perf_counter() + warm_s
+    call()
+    while time.perf_counter() < t_end:
+        call()
+
+
+def time_interleaved(runners: dict[str, Runner], rounds: int, block_s: float, warmup_s: float, pause_s: float = 0.0,
+                     rewarm_s: float = 0.005, seed: int = 0) -> dict[str, int]:
+    """Warm each system up for about warmup_s and pick its calls per block, then run `rounds` rounds,
+    each running every system's block once in a shuffled order, each block after a pause and a few
+    untimed calls (_settle). Returns the calls per block."""
+    calls = {}
+    for key, r in runners.items():
+        _settle(r.call, pause_s, warmup_s)
+        single = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            r.call()
+            single.append(time.perf_counter() - t0)
+        calls[key] = max(1, round(block_s / statistics.median(single)))
+    order = list(runners)
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for key in order:
+            _settle(runners[key].call, pause_s, rewarm_s)
+            runners[key].samples.append(_block(runners[key].call, calls[key], limit_s=5 * block_s))
+    return calls
+
+
+def summarise(runners: dict[str, Runner], calls: dict[str, int]) -> list[dict]:
+    med = {k: statistics.median(r.samples) for k, r in runners.items()}
+    best = {k: min(r.samples) for k, r in runners.items()}
+    rows = []
+    for key, r in runners.items():
+        others = [k for k in runners if k != key]
+        q = statistics.quantiles(r.samples, n=4) if len(r.samples) >= 2 else [med[key]] * 3
+        rows.append({"key": key, "us": med[key] * 1e6, "min_us": best[key] * 1e6,
+                     "spread": (q[2] - q[0]) / 2 / med[key] * 100,
+                     "ratio": med[key] / min(med[k] for k in others) if others else math.nan,
+                     "min_ratio": best[key] / min(best[k] for k in others) if others else math.nan,
+                     "calls": calls[key], "compile_ms": r.compile_ms})
+    return sorted(rows, key=lambda row: row["us"])
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+def render_table(w: Workload, rows, skipped, wrong, errors) -> str:
+    lines = [f"### {w.title}", "",
+             "| system | median µs | spread | vs fastest other | min µs | min vs fastest other's min | calls/block "
+             "| compile ms | max rel error |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    fmt = lambda v, spec, suffix="": "" if v != v else f"{v:{spec}}{suffix}"  # NaN -> empty cell
+    for row in rows:
+        lines.append(f"| {SYSTEMS[row['key']]} | {row['us']:,.1f} | ±{row['spread']:.0f}% | {fmt(row['ratio'], '.2f', 'x')} | "
+                     f"{row['min_us']:,.1f} | {fmt(row['min_ratio'], '.2f', 'x')} | {row['calls']} | "
+                     f"{fmt(row['compile_ms'], ',.0f')} | {fmt(errors.get(row['key'], math.nan), '.0e')} |")
+    for key, err in wrong.items():
+        lines.append(f"| {SYSTEMS[key]} | wrong | | | | | | | {err:.0e} |")
+    for key, why in skipped.items():
+        lines.append(f"| {SYSTEMS[key]} | skipped: {why} | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return "?"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def openblas_kernels() -> list[str]:
+    """Which kernel each loaded OpenBLAS uses: threadpoolctl's answer if installed, else asked
+    directly from the libraries this process has loaded (NumPy's and SciPy's)."""
+    import numpy.linalg  # noqa: F401 - loads NumPy's OpenBLAS
+    with contextlib.suppress(ImportError):
+        import scipy.linalg  # noqa: F401
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        threadpool_info = None
+    if threadpool_info is not None:
+        return [f"{pathlib.Path(i['filepath']).name}: {i.get('architecture')} ({i.get('num_threads')} threads, "
+                f"threadpoolctl)" for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    out = []
+    with contextlib.suppress(OSError):
+        libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower() and "/" in ln})
+        for lib in libs:
+            with contextlib.suppress(OSError):
+                dll = ctypes.CDLL(lib)
+                for sym in ("openblas_get_corename", "scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                            "openblas_get_corename64_"):
+                    fn = getattr(dll, sym, None)
+                    if fn is not None:
+                        fn.restype = ctypes.c_char_p
+                        out.append(f"{pathlib.Path(lib).name}: {fn().decode()}")
+                        break
+    return out
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(all CPU time, idle + iowait time) since boot, in clock ticks, from /proc/stat."""
+    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields[:8]), fields[3] + fields[4]  # user nice system idle iowait irq softirq steal
+
+
+class OtherLoad:
+    """How many cores other processes kept busy between start() and cores(): the machine's busy
+    CPU time (/proc/stat) minus this process's own (threads included), over the wall time."""
+
+    def start(self) -> OtherLoad:
+        self.t, self.own = time.perf_counter(), sum(os.times()[:4])
+        try:
+            self.jiffies = _cpu_jiffies()
+        except (OSError, ValueError, IndexError):
+            self.jiffies = None
+        return self
+
+    def cores(self) -> float:
+        if self.jiffies is None:
+            return math.nan
+        (t0, i0), (t1, i1) = self.jiffies, _cpu_jiffies()
+        busy = ((t1 - t0) - (i1 - i0)) / os.sysconf("SC_CLK_TCK")
+        own = sum(os.times()[:4]) - self.own
+        return max(0.0, busy - own) / max(time.perf_counter() - self.t, 1e-9)
+
+
+def _busy_cores(seconds: float = 0.5) -> float:
+    """Cores other processes keep busy, sampled while this process sleeps."""
+    meter = OtherLoad().start()
+    time.sleep(seconds)
+    return meter.cores()
+
+
+BUSY_WARNING = ("**Warning: other processes were using the CPUs; multi-threaded systems (OpenBLAS, PyTorch, "
+                "XLA thread pools) slow down many-fold when another process holds a core, so these numbers are "
+                "not representative.**")
+
+
+def environment_line() -> str:
+    env = ", ".join(f"{k}={os.environ[k]}" for k in OPENBLAS_VARS if k in os.environ) or "OPENBLAS_CORETYPE unset"
+    kernels = openblas_kernels()
+    busy = _busy_cores()
+    warn = " " + BUSY_WARNING if busy > 0.3 else ""
+    return (f"Environment: {env}; OpenBLAS kernel: {'; '.join(kernels) if kernels else 'unknown'}; "
+            f"cores busy with other processes at the start: {busy:.1f}.{warn}")
+
+
+def header(command: str, args) -> str:
+    versions = [f"Python {platform.python_version()}"]
+    for name, mod in (("NumPy", "numpy"), ("PyTorch", "torch"), ("JAX", "jax"), ("jaxlib", "jaxlib"),
+                      ("llvmlite", "llvmlite"), ("gradir", "gradir")):
+        v = _version(mod)
+        if v is not None:
+            versions.append(f"{name} {v}")
+    threads = ""
+    with contextlib.suppress(ImportError):
+        import torch
+
+        threads = f", PyTorch {torch.get_num_threads()} threads"
+    return "\n".join([
+        "# Backend benchmark results",
+        "",
+        f"`{command}` on {_cpu_model()}, {os.cpu_count()} CPU cores ({platform.platform()}{threads}); "
+        f"{', '.join(versions)}.",
+        "",
+        f"{args.rounds} interleaved rounds, each system timed once per round for a block of about "
+        f"{args.block_ms:g} ms (calls/block; cut short at 5x that), shuffled order per round, "
+        f"after {args.warmup_s:g} s of warm-up per system; "
+        f"each block follows a {args.pause_ms:g} ms pause (so the previous system's worker threads stop spinning) and "
+        "about 5 ms of untimed calls. "
+        "median µs: median over rounds of the per-call time; spread: half the interquartile range; min µs: "
+        "the fastest round (less sensitive to other processes; its ratio likewise to the fastest other system's min); "
+        "vs fastest other: median / the fastest other system's median (below 1.00x: faster than every other "
+        "system); compile ms: first call of a fresh compiled object minus a steady call (gradir with "
+        "GRADIR_CACHE_DIR=off); max rel error: loss and gradients against gradir numpy, relative to each "
+        "array's largest magnitude (at least 1% of the largest gradient's).",
+        "",
+    ])
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+def run_workload(key: str, systems, args, log=print) -> str:
+    w = workload(key)
+    log(f"== {w.title}")
+    runners, skipped = build(w, systems, log=log)
+    if REFERENCE not in runners:
+        return f"### {w.title}\n\ngradir numpy (the reference) failed: {skipped.get(REFERENCE, 'not selected')}\n"
+    errors = check(w, runners, log=log)
+    wrong = {k: e for k, e in errors.items() if k not in runners}
+    if REFERENCE not in args.systems_timed:
+        runners.pop(REFERENCE)
+    meter = OtherLoad().start()
+    calls = time_interleaved(runners, args.rounds, args.block_ms / 1e3, args.warmup_s, args.pause_ms / 1e3)
+    other = meter.cores()
+    rows = summarise(runners, calls)
+    table = render_table(w, rows, skipped, wrong, errors)
+    table += (f"\nOther processes kept {other:.2f} cores busy on average while this table was timed."
+              + (" " + BUSY_WARNING if other > 0.1 else "") + "\n")
+    log(table)
+    return table
+
+
+def rerun_without_openblas_coretype(argv: list[str], log=print) -> str:
+    """The same benchmark in a child process with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed."""
+    present = [k for k in OPENBLAS_VARS if k in os.environ]
+    title = f"## Second run with {' and '.join(OPENBLAS_VARS)} unset"
+    if not present:
+        return f"{title}\n\nNot run: neither variable is set in this environment, so it would repeat the first run.\n"
+    env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
+    child_argv = [a for a in argv if a != "--unset-openblas-coretype"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "tables.md"
+        cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), *child_argv, "--out", str(out), "--tables-only"]
+        log(f"== re-running without {', '.join(present)}: {' '.join(cmd[1:])}")
+        proc = subprocess.run(cmd, env=env)
+        if proc.returncode != 0 or not out.exists():
+            return f"{title}\n\nThe child run failed (exit status {proc.returncode}).\n"
+        return f"{title}\n\n{out.read_text()}"
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 20; 3 with --quick)")
+    ap.add_argument("--block-ms", type=float, default=None, help="target duration of one timed block (default 50)")
+    ap.add_argument("--warmup-s", type=float, default=None, help="warm-up per system before timing (default 0.5)")
+    ap.add_argument("--pause-ms", type=float, default=None,
+                    help="sleep before each timed block, so other systems' worker threads stop spinning (default 150)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ",".join(WORKLOADS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ",".join(SYSTEMS))
+    ap.add_argument("--unset-openblas-coretype", action="store_true",
+                    help="also re-run in a child process without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE and append its tables")
+    ap.add_argument("--quick", action="store_true", help="few short rounds (for a smoke test)")
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--tables-only", action="store_true", help=argparse.SUPPRESS)  # the child run's output
+    args = ap.parse_args(argv)
+    args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 20)
+    args.block_ms = args.block_ms if args.block_ms is not None else (5.0 if args.quick else 50.0)
+    args.warmup_s = args.warmup_s if args.warmup_s is not None else (0.05 if args.quick else 0.5)
+    args.pause_ms = args.pause_ms if args.pause_ms is not None else (20.0 if args.quick else 150.0)
+    workloads = [s.strip() for s in args.workloads.split(",") if s.strip()]
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    for s in systems:
+        if s not in SYSTEMS:
+            ap.error(f"unknown system {s!r}; choose from {', '.join(SYSTEMS)}")
+    for s in workloads:
+        if s not in WORKLOADS:
+            ap.error(f"unknown workload {s!r}; choose from {', '.join(WORKLOADS)}")
+    args.systems_timed = set(systems)
+    systems = list(dict.fromkeys([REFERENCE, *systems]))  # gradir numpy always runs: it is the reference
+    command = "python benchmarks/bench_backends.py " + " ".join(argv)
+    env_line = environment_line()
+    print(env_line)
+    t0 = time.perf_counter()
+    tables = [run_workload(key, systems, args) for key in workloads]
+    body = f"{env_line}\n\n" + "\n".join(tables)
+    if args.tables_only:
+        write_atomic(args.out, body)
+        return body
+    report = header(command.strip(), args) + body
+    if args.unset_openblas_coretype:
+        report += "\n" + rerun_without_openblas_coretype(argv)
+    report += (f"\nTotal wall time of the run: {time.perf_counter() - t0:.0f} s; "
+               f"cores busy with other processes at the end: {_busy_cores():.1f}.\n")
+    write_atomic(args.out, report)
+    print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
