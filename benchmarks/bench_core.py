@@ -91,7 +91,7 @@ def bench_mlp(batch, hidden, repeats, torch_compile, rows):
     import torch
 
     p, (X, Y) = mlp_params(hidden), mlp_batch(batch)
-    step = gr.compile(gr.value_and_grad(mlp_loss))
+    step = gr.compile(gr.value_and_grad(mlp_loss), backend="numpy")
     gr_ms = median_ms(lambda: step(p, X, Y), repeats)
     tp = {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
     tX, tY = torch.tensor(X), torch.tensor(Y)
@@ -117,7 +117,7 @@ def bench_dot_tanh(repeats, rows):
 
     rng = np.random.default_rng(2)
     w, x = rng.standard_normal(1000) / 30, rng.standard_normal(1000)
-    step = gr.compile(gr.value_and_grad(dot_tanh, argnums=(0, 1)))
+    step = gr.compile(gr.value_and_grad(dot_tanh, argnums=(0, 1)), backend="numpy")
     gr_ms = median_ms(lambda: step(w, x), repeats)
     tw, tx = torch.tensor(w, requires_grad=True), torch.tensor(x, requires_grad=True)
 
@@ -134,7 +134,7 @@ def bench_front_end(repeats, rows):
     p, (X, Y) = mlp_params(64), mlp_batch(32)
 
     def build():
-        gr.compile(gr.value_and_grad(mlp_loss)).graph(p, X, Y)
+        gr.compile(gr.value_and_grad(mlp_loss), backend="numpy").graph(p, X, Y)
     ms = median_ms(build, max(5, repeats // 10), warmup=1)
     rows.append(("trace+autodiff+passes+codegen, MLP step", "gradir", ms, float("nan")))
     return ms

@@ -79,6 +79,8 @@ class Kernel:
     maps: dict[Value, tuple] = field(default_factory=dict)
     accumulated: set[Value] = field(default_factory=set)  # reductions accumulating into memory
     copies: dict[Value, Value] = field(default_factory=dict)  # copy node -> the value whose access it loads
+    epilogue: Value | None = None  # matmul kernels: the `add` of a bias their product's buffer starts from
+    bias: Value | None = None
     inputs: list[Value] = field(default_factory=list)   # values read from memory (views included)
     outputs: list[Value] = field(default_factory=list)  # values written to memory
     stored: set[Value] = field(default_factory=set)      # the same, for membership tests
@@ -177,6 +179,12 @@ class _Fuser:
         self.kernel_of: dict[Value, Kernel] = {}
         self.access: dict[Value, Access] = {}
         self.immediates: dict[Value, Value] = {}  # views of 0-d constants -> the constant (a literal in code)
+        self.uses: dict[Value, int] = {}  # readers of each value (returning it counts as one)
+        for n in self.order:
+            for u in n.inputs:
+                self.uses[u] = self.uses.get(u, 0) + 1
+        for o in graph.outputs:
+            self.uses[o] = self.uses.get(o, 0) + 1
         for x in graph.inputs:
             self.access[x] = Access(x, 0, c_strides(x.shape, 1))
 
@@ -197,9 +205,29 @@ class _Fuser:
                 k = self._new(LOOP, n, domain=n.inputs[0].shape)
                 k.copies[n] = n.inputs[0]
                 k.maps[n] = tuple(range(n.inputs[0].ndim))
-            elif not self._join(n):
+            elif not self._epilogue(n) and not self._join(n):
                 self._seed(n)
         return self.kernels
+
+    def _epilogue(self, n: Value) -> bool:
+        """`matmul + bias` in one kernel: the product's buffer starts as the bias and gemm adds A @ B to it
+        (BLAS's beta = 1), saving a pass over the product. Only for the product's one reader, in the
+        latest kernel, reached through reshapes that keep its row-major order."""
+        k = self.kernels[-1] if self.kernels else None
+        if n.op != "add" or k is None or k.kind != MATMUL or k.epilogue is not None:
+            return False
+        for i, u in enumerate(n.inputs):
+            chain = [u]
+            while chain[-1].op in ("reshape", "stop_gradient") and chain[-1] not in self.kernel_of:
+                chain.append(chain[-1].inputs[0])
+            if chain[-1] is k.nodes[0] and all(self.uses[v] == 1 for v in chain) and \
+                    not any(self.access.get(v, Access(v, 0, c_strides(v.shape, 1))).strides != c_strides(v.shape, 1)
+                            for v in chain) and n.dtype == chain[-1].dtype:
+                k.nodes.append(n)
+                k.epilogue, k.bias = n, n.inputs[1 - i]
+                self.kernel_of[n] = k
+                return True
+        return False
 
     # values are either computed by a kernel (maybe only in registers) or views of stored values
     def _virtual_view(self, v: Value) -> bool:
@@ -420,6 +448,8 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     def reads(k: Kernel, n: Value):
         if n in k.copies:
             return [k.copies[n]]
+        if n is k.epilogue:
+            return [k.bias]
         if k.kind == LOOP:
             return [u for u in n.inputs if _producer(k, u) is None]
         return list(n.inputs)
@@ -575,6 +605,8 @@ def listing(program: FusedProgram) -> str:
                 where = f"row value after pass {k.row_after[n]}" if k.num_passes > 1 or k.row_after[n] else "row value"
             elif k.kind == LOOP and k.num_passes > 1:
                 where = f"pass {k.passes.get(n, 0) + 1}"
+            elif n is k.epilogue:
+                where = "epilogue: the product's buffer starts as the bias"
             store = " -> stored" if n in k.stored else ""
             operands = ", ".join(names.get(u, "?") for u in ([k.copies[n]] if n in k.copies else n.inputs))
             op = "copy" if n in k.copies else n.op

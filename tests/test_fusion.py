@@ -82,8 +82,11 @@ def test_makemore_step_kernels_and_arena():
     step(p, X_, Y_)
     program = step.executable(p, X_, Y_).program
     kinds = [k.kind for k in program.kernels]
-    assert (kinds.count(LOOP), kinds.count(MATMUL), kinds.count(SCATTER)) == (16, 6, 1), str(program)
-    # matmuls: 2 forward (embedding @ W1, h @ W2) and 4 backward (2 per weight: its gradient and the input's)
+    assert (kinds.count(LOOP), kinds.count(MATMUL), kinds.count(SCATTER)) == (17, 6, 1), str(program)
+    # matmuls: 2 forward (embedding @ W1, h @ W2) and 4 backward (2 per weight: its gradient and the input's);
+    # the forward ones add their bias in the gemm (its output starts as the bias)
+    epilogues = [k.epilogue for k in program.kernels if k.kind == MATMUL and k.epilogue is not None]
+    assert len(epilogues) == 2 and all(e.op == "add" for e in epilogues)
     # the arena holds every stored intermediate, each at one offset for its whole life; it is exactly as big
     # as the most bytes alive during any one kernel (recounted here from the kernels' reads and writes)
     first, last = _lifetimes(program)

@@ -775,8 +775,11 @@ class MatmulKernel(Emitter):
         self.a_batch, self.b_batch = batch_strides(ash, ast), batch_strides(bsh, bst)
         self.c_batch = list(c_strides(batch + (M, N), 1))[:nb]
         self.a_mat, self.b_mat = ast[-2:], bst[-2:]
-        self.A, self.B, self.C = A, B, self.program.access[n]
+        out = self.k.epilogue if self.k.epilogue is not None else n
+        self.A, self.B, self.C = A, B, self.program.access[out]
         self.n = n
+        if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
+            self.fill_bias(out, self.k.bias)
         loops = [self.loop_begin(s, f"b{d}") for d, s in enumerate(batch)]
         idx = [lp.index for lp in loops]
         offs = [self.batch_offset(idx, s, acc.offset) for s, acc in
@@ -790,6 +793,18 @@ class MatmulKernel(Emitter):
         for lp in reversed(loops):
             self.loop_end(lp)
         self.finish()
+
+    def fill_bias(self, out: Value, bias: Value) -> None:
+        loops = [self.loop_begin(s, f"c{d}") for d, s in enumerate(out.shape)]
+        c = [lp.index for lp in loops]
+        if bias in self.program.immediates or bias.op == "const" and not bias.ndim:
+            value = self.constant(self.program.immediates.get(bias, bias).attrs["value"].item(), bias.dtype)
+        else:
+            acc = self.program.access[bias]
+            value = self.load_at(acc.owner, self.linear(c, acc.strides, acc.offset), bias.dtype)
+        self.store_at(self.C.owner, self.linear(c, c_strides(out.shape, 1), self.C.offset), value, out.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
 
     def batch_offset(self, idx, strides, offset):
         total = ir.Constant(I64, offset)
@@ -811,9 +826,10 @@ class MatmulKernel(Emitter):
             return p
         opa, lda = la
         opb, ldb = lb
+        beta = 0.0 if self.k.epilogue is None else 1.0
         args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M), cell(I32, K), cell(ty, 1.0),
                 self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
-                cell(I32, lda), cell(ty, 0.0), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
+                cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
         b.call(self.mb.blas(gemm), args)
 
     def loop_matmul(self, a_off, b_off, c_off):
@@ -825,7 +841,9 @@ class MatmulKernel(Emitter):
         li = self.loop_begin(M, "m")
         lj = self.loop_begin(N, "n")
         slot = self.entry_alloca(COMPUTE[dt])
-        b.store(self.constant(0, dt), slot)
+        ci = b.add(c_off, b.add(b.mul(li.index, ir.Constant(I64, N)), lj.index))
+        start = self.constant(0, dt) if self.k.epilogue is None else self.load_at(self.C.owner, ci, dt)
+        b.store(start, slot)
         lk = self.loop_begin(K, "k")
         ai = b.add(a_off, b.add(b.mul(li.index, ir.Constant(I64, sam)), b.mul(lk.index, ir.Constant(I64, sak))))
         bi = b.add(b_off, b.add(b.mul(lk.index, ir.Constant(I64, sbk)), b.mul(lj.index, ir.Constant(I64, sbn))))
@@ -840,7 +858,6 @@ class MatmulKernel(Emitter):
             new = b.add(old, b.mul(x, y))
         b.store(new, slot)
         self.loop_end(lk)
-        ci = b.add(c_off, b.add(b.mul(li.index, ir.Constant(I64, N)), lj.index))
         self.store_at(self.C.owner, ci, self.round_low_precision(b.load(slot, typ=COMPUTE[dt]), dt), dt)
         self.loop_end(lj)
         self.loop_end(li)
