@@ -393,6 +393,8 @@ def reduction_identity(op: str, dt):
 class LoopKernel(Emitter):
     """A fused loop nest: outer loops over the row axes, then one loop nest per pass over the inner axes."""
 
+    pass_index = 0  # the pass being emitted (row values between passes count as the pass before)
+
     def emit(self):
         k, b = self.k, self.b
         self.immediates = self.program.immediates
@@ -535,6 +537,11 @@ class LoopKernel(Emitter):
                                 u.dtype)
         if p in self.rows:
             return self.rows[p]
+        k = self.k
+        if p in k.stored and p not in k.copies and p not in k.row_after and k.passes.get(p, 0) < self.pass_index:
+            # stored by an earlier pass of this row: read it back (from cache) rather than compute it again
+            at = self.index(self.mapped(c_strides(p.shape, 1), k.maps[p], len(k.domain)))
+            return self.load_at(self.program.access[p].owner, at, p.dtype)
         return self.compute(p, memo)
 
     def compute(self, n: Value, memo: dict) -> ir.Value:
@@ -677,6 +684,7 @@ class LoopKernel(Emitter):
 
     def emit_pass(self, p: int) -> None:
         k = self.k
+        self.pass_index = p
         loops = [self.loop_begin(size, f"p{p}i{g[0]}") for g, size in self.groups_inner]
         for (g, _), lp in zip(self.groups_inner, loops):
             self.coords[g[0]] = lp.index
