@@ -81,6 +81,7 @@ class Kernel:
     copies: dict[Value, Value] = field(default_factory=dict)  # copy node -> the value whose access it loads
     epilogue: Value | None = None  # matmul kernels: the `add` of a bias their product's buffer starts from
     bias: Value | None = None
+    transposed: Value | None = None  # matmul kernels: the returned transpose of the product they write instead
     inputs: list[Value] = field(default_factory=list)   # values read from memory (views included)
     outputs: list[Value] = field(default_factory=list)  # values written to memory
     stored: set[Value] = field(default_factory=set)      # the same, for membership tests
@@ -450,6 +451,8 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             return [k.copies[n]]
         if n is k.epilogue:
             return [k.bias]
+        if n is k.transposed:
+            return []
         if k.kind == LOOP:
             return [u for u in n.inputs if _producer(k, u) is None]
         return list(n.inputs)
@@ -466,6 +469,12 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     for o in list(outputs_done):
         if o.op == "input":
             passthrough.append((outputs_done.pop(o), next(i for i, x in enumerate(graph.inputs) if x is o)))
+        elif _transposed_product(o, kernel_of, fuser.uses):  # gemm writes (A @ B)^T = B^T @ A^T in place
+            k = kernel_of[o.inputs[0]]
+            k.nodes.append(o)
+            k.transposed = o
+            kernel_of[o] = k
+            access[o] = Access(o, 0, c_strides(o.shape, 1))  # its own buffer now, not a view of the product
         elif o not in kernel_of:
             c = _copy_node(o)
             k = Kernel(len(kernels), LOOP, [c], o.shape, maps={c: tuple(range(o.ndim))}, copies={c: o})
@@ -525,6 +534,18 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
         returned[pos] = v
     return FusedProgram(graph, kernels, access, fuser.immediates, {b.value: b.offset for b in bufs}, arena,
                         max(live, default=0), live, output_copies, returned, passthrough)
+
+
+def _transposed_product(o: Value, kernel_of: dict, uses: dict) -> bool:
+    """Whether returned value o is the transpose (last two axes) of a product nothing else reads: the
+    matmul kernel then computes it in that layout instead of a copy transposing it afterwards (a
+    linear layer's weight gradient, in torch's (out, in) layout)."""
+    if o.op != "transpose" or o.ndim < 2 or tuple(o.attrs["perm"]) != tuple(range(o.ndim - 2)) + (o.ndim - 1, o.ndim - 2):
+        return False
+    m = o.inputs[0]
+    k = kernel_of.get(m)
+    return k is not None and k.kind == MATMUL and len(k.nodes) == 1 and uses.get(m) == 1 and m.inputs[0].ndim >= 2 \
+        and m.inputs[1].ndim >= 2
 
 
 def _copy_node(o: Value) -> Value:
@@ -607,6 +628,8 @@ def listing(program: FusedProgram) -> str:
                 where = f"pass {k.passes.get(n, 0) + 1}"
             elif n is k.epilogue:
                 where = "epilogue: the product's buffer starts as the bias"
+            elif n is k.transposed:
+                where = "written by the gemm in this layout: (A @ B)^T = B^T @ A^T"
             store = " -> stored" if n in k.stored else ""
             operands = ", ".join(names.get(u, "?") for u in ([k.copies[n]] if n in k.copies else n.inputs))
             op = "copy" if n in k.copies else n.op

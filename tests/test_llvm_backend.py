@@ -203,3 +203,17 @@ def test_big_matmuls_with_transposes_and_long_loops_match_numpy(ta, tb):
     ref, got, c = both(f, a, w)
     assert_same(got, ref, rtol=2e-5, atol=2e-5)
     assert c.source(a, w).count("BLAS gemm") == 1
+
+
+def test_linear_layer_gemms_take_the_bias_and_write_the_weight_gradient_in_torchs_layout():
+    """A linear layer on (B, T, C) with torch's (out, in) weight: one gemm for the batch whose output
+    starts as the bias, and the weight gradient written by its gemm already transposed (no copy)."""
+    x, w, b = RNG.standard_normal((4, 6, 30)), RNG.standard_normal((20, 30)), RNG.standard_normal(20)
+    f = gr.value_and_grad(lambda w, b, x: gr.sum(gr.tanh(gr.nn.linear(x, w, b))), argnums=(0, 1))
+    ref, got, c = both(f, w, b, x)
+    assert_same(got[0], ref[0])
+    assert_same(tuple(got[1]), tuple(ref[1]))
+    listing = c.source(w, b, x)
+    assert "[epilogue: the product's buffer starts as the bias]" in listing
+    assert "[written by the gemm in this layout: (A @ B)^T = B^T @ A^T] -> stored" in listing
+    assert "copy" not in listing.split("\n\n")[0]

@@ -770,6 +770,9 @@ class MatmulKernel(Emitter):
         A, B = self.program.access[a], self.program.access[bv]
         ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
         bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
+        if self.k.transposed is not None:  # write (A @ B)^T = B^T @ A^T: the operands swap and transpose
+            swap = lambda xs: tuple(xs[:-2]) + (xs[-1], xs[-2])
+            (A, ash, ast), (B, bsh, bst) = (B, swap(bsh), swap(bst)), (A, swap(ash), swap(ast))
         M, K = ash[-2:]
         N = bsh[-1]
         batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
@@ -783,7 +786,7 @@ class MatmulKernel(Emitter):
         self.a_batch, self.b_batch = batch_strides(ash, ast), batch_strides(bsh, bst)
         self.c_batch = list(c_strides(batch + (M, N), 1))[:nb]
         self.a_mat, self.b_mat = ast[-2:], bst[-2:]
-        out = self.k.epilogue if self.k.epilogue is not None else n
+        out = next((v for v in (self.k.epilogue, self.k.transposed) if v is not None), n)
         self.A, self.B, self.C = A, B, self.program.access[out]
         self.n = n
         if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
