@@ -603,14 +603,34 @@ class LoopKernel(Emitter):
         return b.and_(b.icmp_signed(">=", c, ir.Constant(I64, lo)), b.icmp_signed("<", c, ir.Constant(I64, hi)))
 
     def strided(self, c, start: int, step: int, count: int):
-        """(inside, k): whether coordinate c is start + k*step for some 0 <= k < count, and k (clamped)."""
+        """(inside, k): whether coordinate c is start + k*step for some 0 <= k < count, and k."""
         b = self.b
         t = b.sub(c, ir.Constant(I64, start))
         k = t if step == 1 else b.sdiv(t, ir.Constant(I64, step))
         inside = self.in_range(t, 0, count * step - step + 1) if count else ir.Constant(I1, 0)
         if step != 1:
             inside = b.and_(inside, b.icmp_signed("==", b.srem(t, ir.Constant(I64, step)), ir.Constant(I64, 0)))
-        return inside, b.select(inside, k, ir.Constant(I64, 0))
+        return inside, k
+
+    def load_where(self, inside, u: Value, coords, otherwise) -> ir.Value:
+        """u at coords where `inside`, else `otherwise`: a load under a branch, which the vectorizer turns
+        into a masked vector load (a contiguous piece stays contiguous; coords outside are never read)."""
+        if u in self.immediates or u.op == "const" and not u.ndim or not u.size:
+            return self.b.select(inside, self.load_coords(u, coords), otherwise) if u.size else otherwise
+        b = self.b
+        before = b.block
+        then = self.fn.append_basic_block("in")
+        merge = self.fn.append_basic_block("placed")
+        b.cbranch(inside, then, merge)
+        b.position_at_end(then)
+        loaded = self.load_coords(u, coords)
+        then_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(otherwise.type)
+        phi.add_incoming(loaded, then_end)
+        phi.add_incoming(otherwise, before)
+        return phi
 
     def place(self, n: Value, memo) -> ir.Value:
         b, a, c = self.b, n.attrs, self.coords_of(n)
@@ -620,15 +640,14 @@ class LoopKernel(Emitter):
             for ci, lo, inter, size in zip(c, a["lo"], a["interior"], x.shape):
                 ok, k = self.strided(ci, lo, inter + 1, size)
                 inside, at = b.and_(inside, ok), at + [k]
-            return b.select(inside, self.load_coords(x, at), self.constant(a["value"], n.dtype))
+            return self.load_where(inside, x, at, self.constant(a["value"], n.dtype))
         if n.op == "concatenate":
-            axis, offset, value = a["axis"], 0, None
+            axis, offset, value = a["axis"], 0, self.constant(0, n.dtype)
             for x in n.inputs:
                 size = x.shape[axis]
                 ok = self.in_range(c[axis], offset, offset + size)
-                k = b.select(ok, b.sub(c[axis], ir.Constant(I64, offset)), ir.Constant(I64, 0))
-                piece = self.load_coords(x, c[:axis] + [k] + c[axis + 1:]) if size else None
-                value = piece if value is None else value if piece is None else b.select(ok, piece, value)
+                at = c[:axis] + [b.sub(c[axis], ir.Constant(I64, offset))] + c[axis + 1:]
+                value = self.load_where(ok, x, at, value)
                 offset += size
             return value
         x, v = n.inputs  # update_slice
@@ -636,8 +655,7 @@ class LoopKernel(Emitter):
         for ci, start, stop, step in zip(c, a["starts"], a["stops"], a["steps"]):
             ok, k = self.strided(ci, start, step, len(range(start, stop, step)))
             inside, at = b.and_(inside, ok), at + [k]
-        new = self.load_coords(v, at) if v.size else self.value(x, self.k.maps[n], memo)
-        return b.select(inside, new, self.value(x, self.k.maps[n], memo))
+        return self.load_where(inside, v, at, self.value(x, self.k.maps[n], memo))
 
     def check_classes(self, n: Value, i: ir.Value) -> None:
         b = self.b
