@@ -118,9 +118,6 @@ class FusedProgram:
     returned: list[Value | None]         # per output position, the stored value written to the caller's array
     passthrough: list[tuple[int, int]]   # (output position, input position) of inputs returned as they are
 
-    def kernel_of(self, v: Value) -> Kernel | None:
-        return next((k for k in self.kernels if any(v is n for n in k.nodes)), None)
-
     def __str__(self) -> str:
         return listing(self)
 

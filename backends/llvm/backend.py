@@ -27,7 +27,7 @@ import numpy as np
 from gradir.errors import ExecutionError
 from gradir.fileio import write_atomic
 from gradir.ir import Graph, Value
-from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header, view_access
+from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
 from gradir.primitive import get_primitive
 
 from . import jit
@@ -265,4 +265,4 @@ def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None =
     return LLVMCompiled(graph, order=order, check=check)
 
 
-__all__ = ["LLVMCompiled", "cache_dir", "compile_graph", "load_module", "view_access"]
+__all__ = ["LLVMCompiled", "cache_dir", "compile_graph", "load_module"]
