@@ -7,8 +7,9 @@ The result is a `FusedProgram`: kernels in execution order, each covering some n
   (over the domain's trailing axes) splits the domain into outer axes and inner axes: the kernel
   runs, for every outer index, one or more *passes* over the inner axes, and row values (the
   reduction results and elementwise ops on them) live in registers between passes. So softmax is
-  one kernel of two passes: max and sum of exp in the first, the normalized output in the second
-  (an inner value needed in a later pass is recomputed there, not stored). Any other reduction
+  one kernel of three passes over each row, read from cache: the max, the sum of exp, the normalized
+  output (an inner value a later pass needs is read back if an earlier pass stored it, else computed
+  again). Any other reduction
   (e.g. a bias gradient summing over the batch axis) accumulates into its output buffer as the
   nest runs; its result can be read only by later kernels.
 - ``matmul``: one matmul, run by BLAS (operand transposes become BLAS flags).
@@ -47,6 +48,8 @@ ELEMENTWISE = frozenset({  # the elementwise primitives compiled backends lower 
     "stop_gradient", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less", "less_equal",
     "greater", "greater_equal", "equal", "not_equal", "remainder", "logical_and", "logical_or", "logical_not",
     "where", "convert"})
+ALIGN = 64  # arena buffers start at multiples of this (a cache line; every dtype's alignment)
+MAX_KERNEL_NODES = 64  # a longer chain starts a new kernel: LLVM's optimizer is superlinear in a loop body's size
 GREEDY_LIMIT = 2000  # buffers up to which the (quadratic) greedy placements are tried besides best fit
 LOWERED_DTYPES = frozenset({dtypes.float64, dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int64,
                             dtypes.int32, dtypes.bool_})
@@ -80,7 +83,7 @@ class Kernel:
     accumulated: set[Value] = field(default_factory=set)  # reductions accumulating into memory
     copies: dict[Value, Value] = field(default_factory=dict)  # copy node -> the value whose access it loads
     epilogue: Value | None = None  # matmul kernels: the `add` of a bias their product's buffer starts from
-    bias: Value | None = None
+    bias: Value | None = None      # the epilogue's other operand
     transposed: Value | None = None  # matmul kernels: the returned transpose of the product they write instead
     inputs: list[Value] = field(default_factory=list)   # values read from memory (views included)
     outputs: list[Value] = field(default_factory=list)  # values written to memory
@@ -212,7 +215,8 @@ class _Fuser:
         (BLAS's beta = 1), saving a pass over the product. Only for the product's one reader, in the
         latest kernel, reached through reshapes that keep its row-major order."""
         k = self.kernels[-1] if self.kernels else None
-        if n.op != "add" or k is None or k.kind != MATMUL or k.epilogue is not None:
+        if n.op != "add" or k is None or k.kind != MATMUL or k.epilogue is not None or \
+                n.dtype in (dtypes.float16, dtypes.bfloat16):  # those round the product before the add
             return False
         for i, u in enumerate(n.inputs):
             chain = [u]
@@ -249,6 +253,9 @@ class _Fuser:
         """Whether the compiled backends compute n (else it runs on the NumPy reference)."""
         if any(v.dtype not in LOWERED_DTYPES for v in (n, *n.inputs)):
             return False
+        if n.op == "power" and not dtypes.is_float(n.dtype) or \
+                n.op == "convert" and n.dtype in (dtypes.float16, dtypes.bfloat16) and n.inputs[0].dtype == dtypes.float64:
+            return False  # NumPy's wrapping integer powers; float64 -> 16-bit floats would round twice through float32
         return n.op in ELEMENTWISE or n.op in REDUCTIONS or n.op in LOOP_OPS or n.op in VIEWS \
             or n.op in ("matmul", "index_add", "index_update")
 
@@ -256,6 +263,10 @@ class _Fuser:
     def _why_not(n: Value) -> str:
         if n.op in ARG_REDUCTIONS and n.dtype in LOWERED_DTYPES:
             return f"{n.op} over a non-trailing axis is not lowered"
+        if n.op == "power":
+            return "integer power is not lowered"
+        if n.op == "convert":
+            return f"float64 -> {dtypes.short(n.dtype)} is not lowered"
         bad = [v.dtype for v in (n, *n.inputs) if v.dtype not in LOWERED_DTYPES]
         if bad:
             return f"dtype {dtypes.short(bad[0])} is not lowered"
@@ -295,7 +306,7 @@ class _Fuser:
 
     def _join(self, n: Value) -> bool:
         k = self._candidate(n)
-        if k is None or k.kind != LOOP:
+        if k is None or k.kind != LOOP or len(k.nodes) >= MAX_KERNEL_NODES:
             return False
         if n.op in REDUCTIONS or n.op in ARG_REDUCTIONS:
             return self._join_reduction(k, n)
@@ -354,7 +365,8 @@ class _Fuser:
         """Join the latest kernel as a sibling (horizontal fusion: one pass over the domain instead of two)
         when n reads nothing that kernel computes and it loops over n's domain."""
         k = self.kernels[-1] if self.kernels else None
-        if k is None or k.kind != LOOP or k.copies or any(self.kernel_of.get(self._root(u)) is k for u in n.inputs):
+        if k is None or k.kind != LOOP or k.copies or len(k.nodes) >= MAX_KERNEL_NODES or \
+                any(self.kernel_of.get(self._root(u)) is k for u in n.inputs):
             return False
         if n.op in REDUCTIONS:
             if n.inputs[0].shape != k.domain:
@@ -512,7 +524,7 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     # the arena: stored intermediates (not returned), alive from their kernel to their last reader
     # in a fixed order (kernel, then place in it): the placement must not depend on where Python put the Values
     place = {v: (k.index, i) for k in kernels for i, v in enumerate(k.nodes)}
-    bufs = [Buffer(v, max(v.nbytes, v.dtype.itemsize), kernel_of[v].index, max(kernel_of[v].index, last_read.get(v, 0)))
+    bufs = [Buffer(v, -(-max(v.nbytes, 1) // ALIGN) * ALIGN, kernel_of[v].index, max(kernel_of[v].index, last_read.get(v, 0)))
             for v in sorted(materialized - set(outputs_done), key=place.__getitem__)]
     arena = best_fit(bufs, len(kernels))
     best = {b.value: b.offset for b in bufs}
@@ -541,8 +553,8 @@ def _transposed_product(o: Value, kernel_of: dict, uses: dict) -> bool:
         return False
     m = o.inputs[0]
     k = kernel_of.get(m)
-    return k is not None and k.kind == MATMUL and len(k.nodes) == 1 and uses.get(m) == 1 and m.inputs[0].ndim >= 2 \
-        and m.inputs[1].ndim >= 2
+    return uses.get(o) == 1 and k is not None and k.kind == MATMUL and len(k.nodes) == 1 and uses.get(m) == 1 \
+        and m.inputs[0].ndim >= 2 and m.inputs[1].ndim >= 2
 
 
 def _copy_node(o: Value) -> Value:

@@ -217,3 +217,34 @@ def test_linear_layer_gemms_take_the_bias_and_write_the_weight_gradient_in_torch
     assert "[epilogue: the product's buffer starts as the bias]" in listing
     assert "[written by the gemm in this layout: (A @ B)^T = B^T @ A^T] -> stored" in listing
     assert "copy" not in listing.split("\n\n")[0]
+
+
+def test_review_cases_match_numpy():
+    """Cases a review found: a returned transpose of a product that another output views, an empty inner
+    dimension, integer powers (NumPy wraps), float64 -> float16 in one rounding, relu(-0.0) = +0.0."""
+    a, b = RNG.standard_normal((5, 3)), RNG.standard_normal((3, 4))
+    ref, got, _ = both(lambda a, b: (gr.transpose(a @ b), gr.transpose(a @ b)[0]), a, b)
+    assert_same(got, ref)
+    ref, got, _ = both(lambda x, w: x @ w, np.zeros((2, 3, 0)), np.zeros((0, 4)))
+    assert_same(got, ref)
+    ints = np.array([3, 7, -2, 5], np.int64)
+    ref, got, c = both(lambda x: x ** np.int64(39) + x ** 2, ints)
+    np.testing.assert_array_equal(got, ref)
+    assert "integer power is not lowered" in c.source(ints)
+    x = np.array([1 + 2.0 ** -11 + 2.0 ** -40, 65519.99999999, -0.0, -3.0])
+    ref, got, _ = both(lambda x: (x.astype(np.float16), gr.relu(x)), x)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(np.signbit(got[1]), np.signbit(ref[1]))
+
+
+def test_a_reused_input_is_rechecked_and_big_outputs_do_not_share_memory():
+    x = np.arange(6.0).reshape(2, 3)[:, :2].copy()
+    f = gr.compile(lambda x: (x * 2.0, gr.sum(x)), backend="llvm")
+    np.testing.assert_array_equal(f(x)[0], x * 2.0)
+    y = x.T  # a new object; then the same object with another layout must not reuse the old pointer
+    np.testing.assert_array_equal(f(y)[0], y * 2.0)
+    big = np.ones((300, 300))
+    g = gr.compile(lambda x: (x + 1.0, gr.sum(x)), backend="llvm")
+    out, total = g(big)
+    assert out.base is None or out.base.nbytes == out.nbytes  # its own allocation, not a shared block
+    assert total == 90000.0

@@ -20,6 +20,7 @@ import hashlib
 import os
 import pathlib
 import threading
+import time
 
 import llvmlite
 import numpy as np
@@ -35,6 +36,8 @@ from .codegen import ModuleBuilder, program_positions
 
 _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 ALIGN = 64
+OWN_OUTPUT_BYTES = 1 << 16  # outputs at least this big get their own allocation
+JIT_VERSION = "1"  # part of the disk cache key: bump when jit.py's pipeline or codegen's conventions change
 CACHE_MAGIC = b"gradir llvm object v1\n"
 
 
@@ -62,7 +65,8 @@ def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
     where = cache_dir()
     if where is None:
         return jit.JitModule.from_ir(ir_text), "compiled"
-    key = hashlib.sha256("\0".join([ir_text, _version(), llvmlite.__version__, jit.cpu_key()]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([ir_text, _version(), JIT_VERSION, llvmlite.__version__, jit.cpu_key()]).encode())
+    key = key.hexdigest()
     path = where / f"{key}.o"
     try:
         entry = path.read_bytes()
@@ -135,13 +139,18 @@ class LLVMCompiled:
         self._lock = threading.Lock()
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
         self._last_inputs = [None] * len(graph.inputs)
+        self._last_strides = [None] * len(graph.inputs)
         self._out_parts, top = [], 0
         for o in graph.outputs:
+            if o.nbytes >= OWN_OUTPUT_BYTES:
+                self._out_parts.append((-1, o.nbytes, o.dtype, o.shape))
+                continue
             self._out_parts.append((top, o.nbytes, o.dtype, o.shape))
             top += -(-max(o.nbytes, 1) // ALIGN) * ALIGN
         self._out_bytes = top
+        self._own_outputs = [j for j, (o, *_) in enumerate(self._out_parts) if o < 0]
         self._out_slots = np.arange(len(graph.inputs), len(graph.inputs) + len(graph.outputs))
-        self._out_offsets = np.array([o for o, *_ in self._out_parts], np.uintp)
+        self._out_offsets = np.array([max(o, 0) for o, *_ in self._out_parts], np.uintp)
         self._positions = None
 
     # -- the teaching view
@@ -173,18 +182,23 @@ class LLVMCompiled:
         slots, last = self._slots, self._last_inputs
         ins = []
         for i, (a, (dt, shape)) in enumerate(zip(args, self._in_types)):
-            if a is not last[i]:  # the same array object as last call has the same buffer: skip the lookup
+            if a is not last[i] or a.strides != self._last_strides[i]:  # same array, same layout: same buffer
                 a = np.ascontiguousarray(a, dtype=dt)
                 if a.shape != shape:
                     a = a.reshape(shape)
                 slots[i] = a.ctypes.data
                 last[i] = a
+                self._last_strides[i] = a.strides
             ins.append(a)
-        # the outputs share one fresh block (one allocation, one pointer); each is a view of its part
+        # small outputs share one fresh block (one allocation, one pointer), each a view of its part; big
+        # ones get their own, so keeping one result does not keep the others alive
         block = np.empty(self._out_bytes, np.uint8)
-        outs = [block[o:o + n].view(dt).reshape(shape) for o, n, dt, shape in self._out_parts]
+        outs = [block[o:o + n].view(dt).reshape(shape) if o >= 0 else np.empty(shape, dt)
+                for o, n, dt, shape in self._out_parts]
         address = block.ctypes.data
         slots[self._out_slots] = self._out_offsets + address
+        for j in self._own_outputs:
+            slots[self._out_slots[j]] = outs[j].ctypes.data
         for step in self.steps:
             if isinstance(step, _DRIVER):
                 status = step(self._slots_ptr)
@@ -200,12 +214,11 @@ class LLVMCompiled:
 
     def profile(self, *args, repeats: int = 20) -> list[tuple[str, float]]:
         """(kernel header, median seconds) for each kernel, run one at a time on `args` (a flat list)."""
-        import time
+        with self._lock:
+            return self._profile(args, repeats)
 
-        self(*args)  # fills the input slots and the arena
-        block = np.empty(self._out_bytes, np.uint8)  # the slots must point at live output buffers
-        self._slots[self._out_slots] = self._out_offsets + block.ctypes.data
-        outs = [block[o:o + n].view(dt).reshape(shape) for o, n, dt, shape in self._out_parts]
+    def _profile(self, args, repeats):
+        outs = self._run(args)  # fills the slots and the arena; `outs` keeps the output buffers alive
         times = []
         for k in self.program.kernels:
             if k.kind == NUMPY:

@@ -244,7 +244,7 @@ class Emitter:
     # -- elementwise ops
     def elementwise(self, n: Value, xs: list[ir.Value]) -> ir.Value:
         b, op = self.b, n.op
-        dt = n.inputs[0].dtype if n.inputs else n.dtype
+        dt = n.inputs[0].dtype if n.inputs else n.dtype  # the operands' dtype (for `where`: the condition's)
         fl = is_float(dt)
         ty = COMPUTE[dt]
         if op in ("stop_gradient", "check_classes"):
@@ -259,7 +259,7 @@ class Emitter:
         if op == "negative":
             r = b.fneg(x) if fl else b.sub(zero, x)
         elif op == "relu":
-            r = b.select(b.fcmp_ordered("<", x, zero) if fl else b.icmp_signed("<", x, zero), zero, x)
+            r = b.select(b.fcmp_ordered("<=", x, zero) if fl else b.icmp_signed("<", x, zero), zero, x)  # -0.0 -> 0.0
         elif op == "sqrt":
             r = self.intrinsic("llvm.sqrt", ty, [x])
         elif op == "rsqrt":
@@ -538,15 +538,36 @@ class LoopKernel(Emitter):
         if p in self.rows:
             return self.rows[p]
         k = self.k
-        if p in k.stored and p not in k.copies and p not in k.row_after and k.passes.get(p, 0) < self.pass_index:
-            # stored by an earlier pass of this row: read it back (from cache) rather than compute it again
+        if self.stored_earlier(p):  # read it back (from cache) rather than compute it again
             at = self.index(self.mapped(c_strides(p.shape, 1), k.maps[p], len(k.domain)))
             return self.load_at(self.program.access[p].owner, at, p.dtype)
         return self.compute(p, memo)
 
+    def stored_earlier(self, p: Value) -> bool:
+        """Whether inner value p was stored by an earlier pass of the current row."""
+        k = self.k
+        return p in k.stored and p not in k.copies and p not in k.row_after and k.passes.get(p, 0) < self.pass_index
+
     def compute(self, n: Value, memo: dict) -> ir.Value:
-        if n in memo:
-            return memo[n]
+        """n at the current loop point, its in-kernel operands first (in dependency order, without
+        recursion: a fused chain can be thousands of ops deep)."""
+        stack = [(n, False)]
+        while stack:
+            v, operands_done = stack.pop()
+            if v in memo:
+                continue
+            if operands_done:
+                memo[v] = self.compute_one(v, memo)
+                continue
+            stack.append((v, True))
+            for u in ([self.k.copies[v]] if v in self.k.copies else v.inputs):
+                p = self.producer(u)
+                if p is not None and p not in memo and p not in self.rows and not self.stored_earlier(p):
+                    stack.append((p, False))
+        return memo[n]
+
+    def compute_one(self, n: Value, memo: dict) -> ir.Value:
+        """n, its in-kernel operands being computed already (in memo) or readable."""
         k = self.k
         m = k.maps[n]
         if n in k.copies:
@@ -562,7 +583,6 @@ class LoopKernel(Emitter):
             if n.op == "check_classes":
                 self.check_classes(n, xs[0])
             v = self.elementwise(n, xs)
-        memo[n] = v
         return v
 
     def gather(self, n: Value, memo) -> ir.Value:

@@ -56,7 +56,7 @@ def matmul(a, b):
     if a2.shape[-1] != b2.shape[-2]:
         raise ShapeError(f"inner dimensions differ: {type_str(a)} @ {type_str(b)}", op="matmul", source=user_source())
     if b.ndim == 2 and a.ndim > 2:  # a stack of rows times one matrix (a linear layer): one product, not one per row block,
-        rows = bind("matmul", reshape(a, (-1, a.shape[-1])), b)  # and its weight gradient one product too
+        rows = bind("matmul", reshape(a, (math.prod(a.shape[:-1]), a.shape[-1])), b)  # and its weight gradient too
         return reshape(rows, a.shape[:-1] + b.shape[-1:])
     try:
         batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
