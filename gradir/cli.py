@@ -390,7 +390,7 @@ def _render(console: Console, j, path: Path) -> None:
         written = j.render(path, progress=progress)
     console.rule("diagrams and report", style="cyan")
     for what, p in written.items():
-        console.print(f"{what:>14}  {p}", markup=False, highlight=False)
+        console.print(f"{what:>20}  {p}", markup=False, highlight=False)
     for note in written.notes:
         typer.echo(f"gradir: note: {note}", err=True)
 

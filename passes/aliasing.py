@@ -80,7 +80,9 @@ def nocopy_reshape(shape, strides, new_shape, itemsize: int) -> tuple[int, ...] 
     return tuple(ns)
 
 
-def _view_strides(v: Value, src: Value, src_strides: tuple[int, ...]) -> tuple[int, ...] | None:
+def view_strides(v: Value, src: Value, src_strides: tuple[int, ...], itemsize: int | None = None) -> tuple[int, ...] | None:
+    """The strides of view `v` of `src` laid out with `src_strides` (in bytes, or in units of `itemsize`),
+    or None if `v` is not a view of that layout."""
     op, a = v.op, v.attrs
     if op in ("stop_gradient",):
         return src_strides
@@ -95,7 +97,7 @@ def _view_strides(v: Value, src: Value, src_strides: tuple[int, ...]) -> tuple[i
         return (0,) * lead + tuple(0 if n == 1 and m != 1 else s
                                   for n, m, s in zip(src.shape, v.shape[lead:], src_strides))
     if op == "reshape":
-        return nocopy_reshape(src.shape, src_strides, v.shape, v.dtype.itemsize)
+        return nocopy_reshape(src.shape, src_strides, v.shape, v.dtype.itemsize if itemsize is None else itemsize)
     return None
 
 
@@ -113,7 +115,7 @@ def storage(graph: Graph) -> dict[Value, Layout]:
     for v in graph.all_values():
         if v.op in VIEW_OPS:
             src = v.inputs[0]
-            strides = _view_strides(v, src, out[src].strides)
+            strides = view_strides(v, src, out[src].strides)
             if strides is not None:
                 out[v] = Layout(out[src].owner, strides)
                 continue

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from gradir import dtypes
 from gradir.ir import Graph, Value
-from gradir.passes.aliasing import c_strides, nocopy_reshape
+from gradir.passes.aliasing import c_strides, view_strides
 from gradir.passes.memory import GREEDY_ORDERS, Buffer, best_fit, greedy_by_size
 from gradir.passes.report import human_bytes
 
@@ -129,22 +129,11 @@ class FusedProgram:
 
 def view_access(v: Value, src: Access) -> Access | None:
     """The access of view `v` of a value stored at `src`, or None if it is not a strided view."""
-    op, a, x = v.op, v.attrs, v.inputs[0]
-    if op == "stop_gradient":
-        return src
-    if op == "transpose":
-        return Access(src.owner, src.offset, tuple(src.strides[p] for p in a["perm"]))
-    if op == "slice":
-        offset = src.offset + sum(s * st for s, st in zip(a["starts"], src.strides))
-        return Access(src.owner, offset, tuple(s * c for s, c in zip(src.strides, a["steps"])))
-    if op == "broadcast_to":
-        lead = v.ndim - x.ndim
-        return Access(src.owner, src.offset, (0,) * lead + tuple(
-            0 if n == 1 and m != 1 else s for n, m, s in zip(x.shape, v.shape[lead:], src.strides)))
-    if op == "reshape":
-        strides = nocopy_reshape(x.shape, src.strides, v.shape, 1)
-        return None if strides is None else Access(src.owner, src.offset, tuple(strides))
-    return None
+    strides = view_strides(v, v.inputs[0], src.strides, itemsize=1) if v.op in VIEWS else None
+    if strides is None:
+        return None
+    offset = src.offset + (sum(s * st for s, st in zip(v.attrs["starts"], src.strides)) if v.op == "slice" else 0)
+    return Access(src.owner, offset, tuple(strides))
 
 
 def _view_map(v: Value, want: tuple) -> tuple | None:
@@ -350,8 +339,7 @@ class _Fuser:
 
     def _join_reduction(self, k: Kernel, n: Value) -> bool:
         x = n.inputs[0]
-        if n.op in ARG_REDUCTIONS and k.outer is not None and n.attrs["axis"] is not None \
-                and n.attrs["axis"] != k.outer:
+        if n.op in ARG_REDUCTIONS and k.outer is not None and n.attrs["axis"] != k.outer:
             return False
         if x.shape != k.domain or self._in_kernel_map(k, x, tuple(range(len(k.domain)))) is not True:
             return False
@@ -396,7 +384,7 @@ class _Fuser:
         kernel's rows are made of (fixing `outer` on the first one), else accumulating into memory."""
         r = len(k.domain)
         if n.op in ARG_REDUCTIONS:
-            axes, keepdims = (tuple(range(r)) if n.attrs["axis"] is None else (n.attrs["axis"],)), False
+            axes, keepdims = (n.attrs["axis"],), False
         else:
             axes, keepdims = n.attrs["axes"], n.attrs["keepdims"]
         reduced = sorted(axes)
@@ -414,8 +402,7 @@ class _Fuser:
 
 
 def _trailing_axis(n: Value) -> bool:
-    axis = n.attrs["axis"]
-    return axis is None or axis == n.inputs[0].ndim - 1
+    return n.attrs["axis"] == n.inputs[0].ndim - 1
 
 
 def _assign_passes(k: Kernel) -> None:

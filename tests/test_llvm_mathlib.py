@@ -206,35 +206,27 @@ def test_accuracy_over_the_whole_range(jitted, name, dtype):
     assert err[worst] <= bound, f"{name}({x[worst]!r}) = {y[worst]!r}: {err[worst]:.3g} ulp > {bound}"
 
 
-def test_tanh_float32_dense_where_its_error_peaks(jitted):
+@pytest.mark.parametrize("name, lo, hi, one_from", [
     # float32 tanh switches formulas at |x| = 1.25 and clamps at 9.2 (mathlib._tanh_f32); its largest error
-    # (1.58 ulp over every float) is near 1.1. Here one float in 61 of [0.25, 9.25], both signs.
-    lo, hi = (int(np.float32(v).view(np.uint32)) for v in (0.25, 9.25))
+    # (1.58 ulp over every float) is near 1.1; it rounds to 1 from 9.011 on
+    ("tanh", 0.25, 9.25, 9.2),
+    # float32 erf switches from a polynomial to 1 - 2^W(|x|) at |x| = 1 and clamps at 4 (mathlib._erf_f32);
+    # its largest error (1.31 ulp over every float) is just above 1; it rounds to 1 from 3.916 on
+    ("erf", 0.25, 4.25, 3.92),
+])
+def test_float32_dense_where_the_error_peaks(jitted, name, lo, hi, one_from):
+    """One float in 61 of [lo, hi], both signs, within the bound; exactly +-1 from `one_from` up."""
+    lo, hi = (int(np.float32(v).view(np.uint32)) for v in (lo, hi))
     x = np.arange(lo, hi, 61, dtype=np.uint32).view(np.float32)
     x = np.concatenate([x, -x])
-    y = kernel(jitted, "tanh", np.float32)(x)
-    err = ulp_errors(y, reference("tanh", np.float32, x), np.float32)
+    f = kernel(jitted, name, np.float32)
+    y = f(x)
+    err = ulp_errors(y, reference(name, np.float32, x), np.float32)
     worst = int(np.argmax(err))
-    assert err[worst] <= BOUNDS["tanh"][0], f"tanh({x[worst]!r}) = {y[worst]!r}: {err[worst]:.3g} ulp"
-    big = np.float32(9.2) * np.float32(2.0) ** np.linspace(0, 7, 200, dtype=np.float32)
-    assert np.all(kernel(jitted, "tanh", np.float32)(big) == 1.0)  # tanh rounds to 1 from 9.011 on
-    assert np.all(kernel(jitted, "tanh", np.float32)(-big) == -1.0)
-
-
-def test_erf_float32_dense_where_its_error_peaks(jitted):
-    # float32 erf switches from a polynomial to 1 - 2^W(|x|) at |x| = 1 and clamps at 4 (mathlib._erf_f32); its
-    # largest error (1.31 ulp over every float) is just above 1. Here one float in 61 of [0.25, 4.25], both signs.
-    lo, hi = (int(np.float32(v).view(np.uint32)) for v in (0.25, 4.25))
-    x = np.arange(lo, hi, 61, dtype=np.uint32).view(np.float32)
-    x = np.concatenate([x, -x])
-    y = kernel(jitted, "erf", np.float32)(x)
-    err = ulp_errors(y, reference("erf", np.float32, x), np.float32)
-    worst = int(np.argmax(err))
-    assert err[worst] <= BOUNDS["erf"][0], f"erf({x[worst]!r}) = {y[worst]!r}: {err[worst]:.3g} ulp"
+    assert err[worst] <= BOUNDS[name][0], f"{name}({x[worst]!r}) = {y[worst]!r}: {err[worst]:.3g} ulp"
     assert np.all(np.abs(y) <= 1)
-    big = np.float32(3.92) * np.float32(2.0) ** np.linspace(0, 7, 200, dtype=np.float32)
-    assert np.all(kernel(jitted, "erf", np.float32)(big) == 1.0)  # erf rounds to 1 from 3.916 on
-    assert np.all(kernel(jitted, "erf", np.float32)(-big) == -1.0)
+    big = np.float32(one_from) * np.float32(2.0) ** np.linspace(0, 7, 200, dtype=np.float32)
+    assert np.all(f(big) == 1.0) and np.all(f(-big) == -1.0)
 
 
 def _pow_inputs(dtype):

@@ -32,7 +32,7 @@ from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
 from gradir.primitive import get_primitive
 
 from . import jit
-from .codegen import ModuleBuilder, program_positions
+from .codegen import ModuleBuilder
 
 _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 ALIGN = 64
@@ -151,7 +151,6 @@ class LLVMCompiled:
         self._own_outputs = [j for j, (o, *_) in enumerate(self._out_parts) if o < 0]
         self._out_slots = np.arange(len(graph.inputs), len(graph.inputs) + len(graph.outputs))
         self._out_offsets = np.array([max(o, 0) for o, *_ in self._out_parts], np.uintp)
-        self._positions = None
 
     # -- the teaching view
     @property
@@ -266,9 +265,8 @@ class LLVMCompiled:
         from gradir.backends.numpy_backend import run
 
         run(self.graph, ins)
-        if self._positions is None:
-            self._positions = {i: v for v, i in program_positions(self.program).items()}
-        node = self._positions.get(status - 1)
+        values = self.graph.all_values()  # the code is the node's position in the graph + 1
+        node = values[status - 1] if 0 < status <= len(values) else None
         raise ExecutionError("index out of range", op=node.op if node is not None else None,
                              source=node.source if node is not None else None)
 

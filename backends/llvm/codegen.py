@@ -39,10 +39,6 @@ COMPUTE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F32, dtypes
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
 
 
-def program_positions(program: FusedProgram) -> dict[Value, int]:
-    return {v: i for i, v in enumerate(program.graph.all_values())}
-
-
 # -- the module --------------------------------------------------------------------------------------
 
 class ModuleBuilder:
@@ -51,7 +47,7 @@ class ModuleBuilder:
     def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value]):
         self.program = program
         self.module = ir.Module(name=program.graph.name)
-        self.positions = program_positions(program)
+        self.positions = {v: i for i, v in enumerate(program.graph.all_values())}  # a node's error code - 1
         g = program.graph
         # slots: inputs, outputs, array constants, arena
         self.slot: dict[Value, int] = {x: i for i, x in enumerate(g.inputs)}
@@ -400,8 +396,10 @@ class LoopKernel(Emitter):
         self.immediates = self.program.immediates
         r = len(k.domain)
         outer = k.outer if k.outer is not None else 0
-        self.groups_outer = self.merge_axes(range(0, outer))
-        self.groups_inner = self.merge_axes(range(outer, r))
+        # placements compute per-axis coordinates: their kernels keep one loop per (non-unit) axis
+        vectors = [[1] * r] if any(n.op in PLACEMENTS for n in k.nodes) else self.stride_vectors()
+        self.groups_outer = self.merge_axes(range(0, outer), vectors)
+        self.groups_inner = self.merge_axes(range(outer, r), vectors)
         self.coords: dict[int, ir.Value] = {}   # merged group leader -> loop index
         self.acc_slots = {n: b.alloca(COMPUTE[n.dtype], name=f"acc{i}") for i, n in enumerate(k.nodes)
                           if n.op in REDUCTIONS or n.op in ("argmax", "argmin")}
@@ -424,10 +422,8 @@ class LoopKernel(Emitter):
         self.finish()
 
     # axes that every access walks contiguously merge into one loop (fewer, longer, vectorizable loops)
-    def merge_axes(self, axes) -> list[tuple[list[int], int]]:
-        axes = list(axes)
-        # placements compute per-axis coordinates: their kernels keep one loop per axis
-        vectors = [[1] * len(self.k.domain)] if any(n.op in PLACEMENTS for n in self.k.nodes) else self.stride_vectors()
+    def merge_axes(self, axes, vectors) -> list[tuple[list[int], int]]:
+        """(axes, trip count) per loop: neighbouring axes every access in `vectors` walks contiguously."""
         groups: list[list[int]] = []
         for d in axes:
             if groups:
@@ -436,13 +432,7 @@ class LoopKernel(Emitter):
                     groups[-1].append(d)
                     continue
             groups.append([d])
-        self.group_of = getattr(self, "group_of", {})
-        out = []
-        for g in groups:
-            for d in g:
-                self.group_of[d] = g
-            out.append((g, math.prod(self.k.domain[d] for d in g)))
-        return out
+        return [(g, math.prod(self.k.domain[d] for d in g)) for g in groups]
 
     def stride_vectors(self) -> list[list[int]]:
         """Per memory access of the kernel, its element stride along each domain axis."""
@@ -502,21 +492,15 @@ class LoopKernel(Emitter):
 
     def index(self, strides_by_domain: list[int], offset: int = 0) -> ir.Value:
         """offset + sum of loop index * stride over merged groups (each group's stride is its last axis's)."""
-        b = self.b
-        total = ir.Constant(I64, offset)
-        seen = set()
-        for d, s in enumerate(strides_by_domain):
-            g = self.group_of[d]
-            if id(g) in seen:
-                continue
-            seen.add(id(g))
+        b, total = self.b, None
+        for g, _ in self.groups_outer + self.groups_inner:
             s = strides_by_domain[g[-1]]
-            if s == 0 or g[0] not in self.coords:
-                continue
-            term = self.coords[g[0]] if s == 1 else b.mul(self.coords[g[0]], ir.Constant(I64, s), flags=["nsw"])
-            total = term if offset == 0 and total.__class__ is ir.Constant and total.constant == 0 else \
-                b.add(total, term, flags=["nsw"])
-        return total
+            if s and g[0] in self.coords:  # a group's loop runs while the code at hand is inside it
+                term = self.coords[g[0]] if s == 1 else b.mul(self.coords[g[0]], ir.Constant(I64, s), flags=["nsw"])
+                total = term if total is None else b.add(total, term, flags=["nsw"])
+        if total is None:
+            return ir.Constant(I64, offset)
+        return b.add(total, ir.Constant(I64, offset), flags=["nsw"]) if offset else total
 
     def fill(self, n: Value, value) -> None:
         owner = self.program.access[n].owner
@@ -611,12 +595,8 @@ class LoopKernel(Emitter):
     def load_coords(self, u: Value, coords: list[ir.Value]) -> ir.Value:
         if u in self.immediates or u.op == "const" and not u.ndim:
             return self.constant(self.immediates.get(u, u).attrs["value"].item(), u.dtype)
-        b, acc = self.b, self.program.access[u]
-        at = ir.Constant(I64, acc.offset)
-        for c, s in zip(coords, acc.strides):
-            if s:
-                at = b.add(at, b.mul(c, ir.Constant(I64, s)))
-        return self.load_at(acc.owner, at, u.dtype)
+        acc = self.program.access[u]
+        return self.load_at(acc.owner, self.linear(coords, acc.strides, acc.offset), u.dtype)
 
     def in_range(self, c, lo: int, hi: int):
         b = self.b
@@ -831,7 +811,7 @@ class MatmulKernel(Emitter):
             self.fill_bias(out, self.k.bias)
         loops = [self.loop_begin(s, f"b{d}") for d, s in enumerate(batch)]
         idx = [lp.index for lp in loops]
-        offs = [self.batch_offset(idx, s, acc.offset) for s, acc in
+        offs = [self.linear(idx, s, acc.offset) for s, acc in
                 ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
         blas = BLAS_GEMM.get(n.dtype)
         la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
@@ -854,13 +834,6 @@ class MatmulKernel(Emitter):
         self.store_at(self.C.owner, self.linear(c, c_strides(out.shape, 1), self.C.offset), value, out.dtype)
         for lp in reversed(loops):
             self.loop_end(lp)
-
-    def batch_offset(self, idx, strides, offset):
-        total = ir.Constant(I64, offset)
-        for i, s in zip(idx, strides):
-            if s:
-                total = self.b.add(total, self.b.mul(i, ir.Constant(I64, s)))
-        return total
 
     def call_gemm(self, gemm, la, lb, a_off, b_off, c_off):
         """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A)."""
