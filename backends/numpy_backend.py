@@ -9,6 +9,8 @@ generation, for one-off evaluation.
 from __future__ import annotations
 
 import ast
+import functools
+import itertools
 import keyword
 from dataclasses import dataclass
 from typing import Any
@@ -22,14 +24,6 @@ from gradir.primitive import get_primitive, numpy_namespace
 
 _DTYPE_NAMES = {d: f"np.{d.name}" for d in dtypes.SHORT_NAMES if d != dtypes.bfloat16}
 _DTYPE_NAMES[dtypes.bfloat16] = "bfloat16"
-
-
-class _Substitute(ast.NodeTransformer):
-    def __init__(self, mapping: dict[str, ast.AST]):
-        self.mapping = mapping
-
-    def visit_Name(self, node):
-        return self.mapping.get(node.id, node)
 
 
 def _literal(value: Any) -> str:
@@ -136,14 +130,33 @@ def _node_expr(n: Value, operand_names: list[str]) -> str:
     prim = get_primitive(n.op, source=n.source)
     if prim.numpy is None:
         raise GradirError("has no NumPy lowering; run lower_composites first", op=n.op, source=n.source)
-    tree = ast.parse(prim.numpy, mode="eval")
+    pieces = _template(prim.numpy)
     arg_names = [a.lstrip("*") for a in prim.args]
     if prim.variadic:
-        mapping = {arg_names[0]: ast.parse("(" + ", ".join(operand_names) + ",)", mode="eval").body}
+        fill = {arg_names[0]: "(" + ", ".join(operand_names) + ",)"}
     else:
-        mapping = {a: ast.Name(name, ast.Load()) for a, name in zip(arg_names, operand_names)}
-    mapping.update({k: ast.parse(_literal(a), mode="eval").body for k, a in n.attrs.items()})
-    return ast.unparse(_Substitute(mapping).visit(tree))
+        fill = dict(zip(arg_names, operand_names))
+    for k, a in n.attrs.items():
+        text = _literal(a)
+        fill[k] = f"({text})" if text.startswith("-") else text  # `x ** -1.0` must not become `-1.0 ** ...`
+    return "".join(text if name is None else fill.get(name, name) for text, name in pieces)
+
+
+@functools.cache
+def _template(template: str) -> tuple[tuple[str | None, str | None], ...]:
+    """`template` split once into literal text and the names filled in per node: every variable it reads
+    (operands and attributes; not keyword-argument or attribute names, which are not loads)."""
+    tree = ast.parse(template, mode="eval")
+    offsets = [0] + [len(line) + 1 for line in template.splitlines(keepends=False)]
+    starts = list(itertools.accumulate(offsets))
+    names = sorted((starts[v.lineno - 1] + v.col_offset, starts[v.end_lineno - 1] + v.end_col_offset, v.id)
+                   for v in ast.walk(tree) if isinstance(v, ast.Name) and isinstance(v.ctx, ast.Load))
+    pieces, at = [], 0
+    for begin, end, name in names:
+        pieces += [(template[at:begin], None), (None, name)]
+        at = end
+    pieces.append((template[at:], None))
+    return tuple(pieces)
 
 
 def _check(value, shape, dtype, op, source):
