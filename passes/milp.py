@@ -475,7 +475,8 @@ class Model:
                    options={"time_limit": max(0.1, time_limit), "mip_rel_gap": 0, "presolve": True, "disp": SHOW_LOG})
         if res.x is None:
             return res, None
-        val = np.round(res.x[:self.n]) * np.array(self.binary) + res.x[:self.n] * ~np.array(self.binary)
+        binary = np.array(self.binary, dtype=bool)  # bool even when empty: a plan may have no binaries at all
+        val = np.where(binary, np.round(res.x[:self.n]), res.x[:self.n])
         return res, self.fill(val)
 
     def cost_row(self) -> dict[int, int]:

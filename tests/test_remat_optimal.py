@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from examples_util import load
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from random_programs import apply_step, make_inputs, programs
 from test_remat import internal_values, make_program, scoped_programs, sum_of
@@ -180,6 +180,15 @@ def test_budget_below_the_least_peak_is_an_error_naming_it(small):
         gr.trace_grad(small[0], *small[2:4], argnums=(0, 1), remat="optimal", memory_budget=least - 1)
 
 
+def test_a_program_with_nothing_to_decide_plans_without_a_solver_crash():
+    """sum of a scalar: no unit to keep or recompute, a MILP without variables (once a TypeError)."""
+    x = np.float64(1.5)
+    joint = gr.trace_grad(gr.sum, x).joint
+    assert milp.min_peak(joint) == evaluate(joint, plan_remat(joint, "none")).peak_bytes == 0
+    plan = milp.plan_optimal(joint, 0)
+    assert plan.optimal and evaluate(joint, plan).recompute_flops == 0
+
+
 def test_no_budget_recomputes_nothing(small):
     *_, joint, _ = small
     plan = plan_remat(joint, "optimal")
@@ -248,6 +257,7 @@ def test_gradients_under_mincut_and_optimal_are_the_unplanned_ones_bitwise(small
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scoped_programs(), st.integers(0, 2**16), st.floats(0, 1))
+@example(program=([()], [], [(0, 0)], ["plain"]), seed=0, where=0.0)  # sum of a scalar: a MILP with no variables
 def test_optimal_with_checkpoint_regions_gives_the_unplanned_gradients(program, seed, where):
     """Random programs with scopes and gr.checkpoint regions, at a budget between the least reachable
     peak and none's: the plan fits, keeps nothing inside a region, and its gradients are bitwise the
