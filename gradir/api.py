@@ -24,6 +24,7 @@ from gradir.grad_trace import GradTrace
 from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.pytree import TreeDef, tree_flatten, tree_flatten_with_path, tree_unflatten
+from gradir.seed import check_implied_seed
 from gradir.trace import EagerOperand, abstract_dtype, constant, inline, is_traced, trace_flat, user_source
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -159,24 +160,40 @@ def _wrt(a: _Args, nums, op: str) -> list[int]:
     """Flat positions of the leaves of the positional arguments `nums`; each must be a real float."""
     wrt = [i for n in nums for i in a.leaf_ranges[n]]
     for i in wrt:
-        dt = abstract_dtype(a.flat[i])
-        if not dtypes.is_float(dt):
-            raise NonDifferentiableError(
-                f"argument {a.names[i]} has dtype {dtypes.short(dt)}; gradients are defined for real floating "
-                "inputs only (integer indices and bool masks have none): leave it out of argnums", op=op,
-                source=user_source())
+        if not dtypes.is_float(abstract_dtype(a.flat[i])):
+            raise NonDifferentiableError(_no_gradient(a, i), op=op, source=user_source())
     return wrt
 
 
+def _no_gradient(a: _Args, i: int) -> str:
+    """Why leaf `i` has no gradient, and what to pass instead."""
+    name, dt = a.names[i], abstract_dtype(a.flat[i])
+    leaf = [x for arg in a.args for x in tree_flatten(arg)[0]][i]  # as given: a Python int is not an i64 array
+    if isinstance(leaf, bool):
+        return f"argument {name} is the bool {leaf}, which has no gradient: leave it out of argnums"
+    if isinstance(leaf, int):
+        return (f"argument {name} is the integer {leaf}, which has no gradient: pass a float ({leaf}.0) to "
+                "differentiate with respect to it, or leave it out of argnums")
+    if dt == np.bool_:
+        return f"argument {name} has dtype bool, which has no gradient (masks have none): leave it out of argnums"
+    if dtypes.is_integer(dt):
+        return (f"argument {name} has integer dtype {dtypes.short(dt)}, which has no gradient (integer indices have "
+                f"none): pass floats ({name}.astype(np.float64)) to differentiate with respect to it, or leave it "
+                "out of argnums")
+    return (f"argument {name} has dtype {dtypes.short(dt)}; gradients are defined for real floating inputs only: "
+            "leave it out of argnums")
+
+
 def _check_scalar_output(forward: Graph, op: str) -> None:
-    """A gradient needs exactly one output, a real float scalar (as jax.grad)."""
-    if len(forward.outputs) != 1 or forward.outputs[0].shape != ():
+    """A gradient needs one output whose seed can be implied (gradir.seed's rule, the one Tensor.backward()
+    and torch's backward() use: one element, real float). The error points at the line that computed it."""
+    lead, hint = "needs a function returning one scalar", "use gr.vjp for other outputs"
+    if len(forward.outputs) != 1:
         shapes = ", ".join(o.type_str for o in forward.outputs) or "nothing"
-        raise ShapeError(f"needs a function returning one scalar, got ({shapes}); use gr.vjp for other outputs",
-                         op=op, source=user_source())
-    if not dtypes.is_float(forward.outputs[0].dtype):
-        raise NonDifferentiableError(f"needs a real float scalar output, got {forward.outputs[0].type_str}",
-                                     op=op, source=user_source())
+        raise ShapeError(f"{lead}, got ({shapes}); {hint}", op=op, source=user_source())
+    out = forward.outputs[0]
+    check_implied_seed(out.shape, out.dtype, out.type_str, lead=lead, hint=hint, op=op,
+                       source=out.source or user_source())
 
 
 def _grad_graph(fn, a: _Args, argnums, op: str):
@@ -184,16 +201,17 @@ def _grad_graph(fn, a: _Args, argnums, op: str):
     from gradir.passes import joint_graph, run_pipeline
 
     nums = _argnums(argnums, len(a.leaf_ranges), op)
+    wrt = _wrt(a, nums, op)  # before tracing: an integer argument is the problem, not what it computes
     forward = _trace(fn, a)
     _check_scalar_output(forward, op)
-    joint = joint_graph(forward, _wrt(a, nums, op))
+    joint = joint_graph(forward, wrt)
     seeded = Graph(f"{forward.name}_grad")
     seeded_inputs = [seeded.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in joint.inputs[:-1]]
     from gradir.trace import building
 
     plan = _remat_plan(run_pipeline(joint)) if _REMAT or _has_checkpoints(forward) else None
     with building(seeded):
-        one = constant(np.ones((), dtype=forward.outputs[0].dtype))
+        one = constant(np.ones(forward.outputs[0].shape, dtype=forward.outputs[0].dtype))  # () or (1, 1), ...
         if plan is None:
             seeded.outputs = inline(joint, seeded_inputs + [one])
         else:  # forward program, then the backward program recomputing what the plan did not keep
@@ -482,9 +500,9 @@ def trace_grad(fn: Callable, *args, argnums: int | tuple[int, ...] = 0, remat: s
 
     a = _prepare(fn, args)
     nums = _argnums(argnums, len(a.leaf_ranges), "trace_grad")
+    wrt = _wrt(a, nums, "trace_grad")
     graph = _trace(fn, a)
     _check_scalar_output(graph, "trace_grad")
-    wrt = _wrt(a, nums, "trace_grad")
     joint = run_pipeline(joint_graph(graph, wrt))
     if remat is None and memory_budget is not None:
         remat = "optimal"

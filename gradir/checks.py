@@ -325,8 +325,7 @@ def gradcheck(f: Callable, *args, argnums: int | Sequence[int] = 0, atol: float 
                 raise DTypeError(f"argument {p} has dtype {x.dtype}; gradcheck needs float64 inputs (central "
                                  "differences in lower precision cannot judge a gradient): pass x.astype(np.float64)",
                                  op="gradcheck", source=_where(f))
-        numeric = _flat_grad(point, central_difference(f, *args, argnum=argnum, h=h))
-        candidates = []
+        candidates = []  # traced before the differences run f on plain arrays: a bad model gets gradir's errors
         if supplied is not None:
             candidates.append(("supplied", supplied[j]))
         else:
@@ -336,6 +335,7 @@ def gradcheck(f: Callable, *args, argnums: int | Sequence[int] = 0, atol: float 
                 candidates.append(("reverse mode", grad_fn(f, argnums=argnum)(*args)))
             if "fwd" in modes:
                 candidates.append(("forward mode", _forward_mode_grad(f, args, argnum)))
+        numeric = _flat_grad(point, central_difference(f, *args, argnum=argnum, h=h))
         for label, cand in candidates:
             analytic = _flat_grad(point, cand)
             _compare(f, point, label, analytic, numeric, atol, rtol)

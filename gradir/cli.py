@@ -187,15 +187,26 @@ def load_target(path: str, fn_name: str | None, argnums: str | None) -> Target:
     return Target(path, module, fn, ex.args, nums, ex.origin)
 
 
+def _located(e: GradirError, path: str, fn) -> str:
+    """`path:LINE: Kind: op: message`: the error's line when it is in the model file, else (no user line:
+    the command line made the call) the line defining `fn`; other files stay in the message."""
+    file, _, line = (e.source or "").rpartition(":")
+    if file == Path(path).name and line.isdigit():
+        return f"{path}:{line}: {type(e).__name__}: {e.op + ': ' if e.op else ''}{e.detail}"
+    code = getattr(inspect.unwrap(fn), "__code__", None) if e.source is None and fn is not None else None
+    where = f"{path}:{code.co_firstlineno}" if code is not None and Path(code.co_filename).name == Path(path).name else path
+    return f"{where}: {type(e).__name__}: {e}"
+
+
 @contextlib.contextmanager
-def _user_code(path: str):
-    """Turn failures of the user's function into one-line CLIErrors; gradir's own bugs still raise."""
+def _user_code(path: str, fn=None):
+    """Turn failures of the user's function `fn` into one-line CLIErrors; gradir's own bugs still raise."""
     try:
         yield
     except CLIError:
         raise
     except GradirError as e:
-        raise CLIError(f"{path}: {type(e).__name__}: {e}") from None
+        raise CLIError(_located(e, path, fn)) from None
     except Exception as e:
         tb = e.__traceback__
         while tb.tb_next is not None:
@@ -398,7 +409,7 @@ def _render(console: Console, j, path: Path) -> None:
 def _trace_grad(t: Target, file: str, policy: str, remat: Remat | None = None):
     if policy not in POLICIES:
         raise CLIError(f"unknown --policy {policy!r} (have: {', '.join(POLICIES)})")
-    with _user_code(file):
+    with _user_code(file, t.fn):
         if remat is None:
             return gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy)
         j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy, **remat.keywords())
@@ -559,7 +570,7 @@ def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
     try:
         t = load_target(file, fn, argnums)
         args = tuple(tree_map(_as_float64, a) for a in t.args)  # float32 differences are too coarse to judge
-        with _user_code(file):
+        with _user_code(file, t.fn):
             try:
                 checks.gradcheck(t.fn, *args, argnums=t.argnums, modes=("rev", "fwd") if forward_mode else ("rev",))
             except checks.GradcheckError as e:

@@ -513,7 +513,7 @@ def _scatter(x: Tensor, index, value) -> Tensor:
     return where(mask.reshape(x.shape), reshape(placed, x.shape), x)
 
 
-# -- backward: tape -> Graph -> joint graph -> partition -> backward program ---------------------------
+# -- backward: the tape walked in reverse, each node's VJP rule compiled once per signature ------------
 
 
 def _run_backward(root: Tensor, gradient, retain_graph: bool, create_graph: bool) -> None:
@@ -527,43 +527,114 @@ def _run_backward(root: Tensor, gradient, retain_graph: bool, create_graph: bool
         return
     nodes = _reachable(root._node)
     _check_saved(nodes)
-    tape = _TapeGraph(nodes, root._node)
-    from gradir.passes import joint_graph, partition, run_pipeline
-
-    part = partition(run_pipeline(joint_graph(tape.graph, tape.wrt)))
-    _LAST[:] = [BackwardRecord(tape.graph, part, tape)]
-    if create_graph:  # the backward program runs through bind on Tensors: its results have history
-        from gradir.trace import inline
-
+    if create_graph:  # the rules run through bind on Tensors: the gradients have history
         with enable_grad():
-            grads = inline(part.backward, tape.residual_values(part, True) + [seed])
+            grads, retained = _walk(nodes, root._node, seed, True)
     else:
-        from gradir.backends import run
-
-        grads = run(part.backward, tape.residual_values(part, False) + [seed])
-    for t, g in zip(tape.targets, grads):
+        with np.errstate(all="ignore"):
+            grads, retained = _walk(nodes, root._node, seed, False)
+    _LAST[:] = [BackwardRecord(nodes, root._node, retained)]
+    for t, g in grads:
         _accumulate(t, g, create_graph)
     if not retain_graph:
         for n in nodes:
             n.saved, n.freed = {}, True
 
 
-@dataclass
-class BackwardRecord:
-    """What the latest `backward()` built: the tape as a forward Graph, its partition (forward and
-    backward programs, residuals), and how many residuals were read from the tape vs recomputed."""
+def _walk(nodes: list[Node], root: Node, seed, create_graph: bool) -> tuple[list, set]:
+    """Reverse-mode over the tape, last node first (PyTorch's engine order): each node's cotangent is
+    the sum of its users' contributions, and its rule turns it into its operands'. Returns (tensor,
+    gradient) for every leaf that requires grad and every retained non-leaf (zeros where no gradient
+    arrived, as `gr.grad` gives), and the retained nodes."""
+    pending: dict[Node, object] = {root: seed}
+    leaves: dict[int, list] = {}  # id(leaf) -> [leaf, gradient or None], in order of appearance
+    out, retained = [], set()
+    for n in reversed(nodes):
+        g = pending.pop(n, None)
+        t = n.retained() if n.retained is not None else None
+        if t is not None and t._node is n:
+            retained.add(n)
+            out.append((t, g if g is not None else np.zeros(n.shape, n.dtype)))
+        for h in n.inputs:
+            if isinstance(h, Tensor) and id(h) not in leaves:
+                leaves[id(h)] = [h, None]
+        if g is None:
+            continue
+        rule = n.rule
+        for i, c in zip(rule.targets, _node_vjp(n, rule, g, create_graph)):
+            h = n.inputs[i]
+            if isinstance(h, Node):
+                prev = pending.get(h)
+                pending[h] = c if prev is None else prev + c
+            else:  # a leaf that requires grad
+                entry = leaves[id(h)]
+                entry[1] = c if entry[1] is None else entry[1] + c
+    for leaf, g in leaves.values():
+        out.append((leaf, g if g is not None else np.zeros(leaf.shape, leaf.dtype)))
+    return out, retained
 
-    graph: Graph
-    partition: object
-    tape: _TapeGraph
+
+def _node_vjp(n: Node, rule, g, create_graph: bool) -> tuple:
+    """The cotangents of `rule.targets` for node n with output cotangent g."""
+    xs, out = [None] * len(n.inputs), None
+    for i in rule.reads:
+        if i < 0:
+            out = _saved_value(n.saved[-1][0], n, create_graph)
+        elif isinstance(n.inputs[i], np.ndarray):  # a constant the rule reads (kept on the tape)
+            xs[i] = n.inputs[i]
+        else:
+            xs[i] = _saved_value(n.saved[i][0], n.inputs[i], create_graph)
+    if create_graph:
+        from gradir.trace import inline, source_of
+
+        graph, args = rule.graph, xs + [out, g]
+        if graph is None:
+            graph = rule.specialized(xs, out, g)
+            args = [None] * len(graph.inputs)
+        with source_of(n.source):
+            return inline(graph, args, keep_source=False)
+    fn = rule.fn
+    try:
+        if fn is not None:
+            return fn(*xs, out, g)
+        from gradir.backends import run
+
+        graph = rule.specialized(xs, out, g)
+        return run(graph, [None] * len(graph.inputs))
+    except (ValueError, IndexError, TypeError, ArithmeticError) as e:
+        raise ExecutionError(f"in its backward: {type(e).__name__}: {e}", op=n.op, source=n.source) from e
+
+
+class BackwardRecord:
+    """What the latest `backward()` differentiated, as gradir's IR (built when asked): the tape as a
+    forward `Graph` (every leaf an input), the partition `gr.grad`'s pipeline makes of it (forward and
+    backward programs, residuals), and how many of those residuals are values the tape holds
+    (`from_tape`) vs values it would recompute from them (`recomputed`)."""
+
+    def __init__(self, nodes: list[Node], root: Node, retained: set):
+        self._nodes, self._root, self._retained = nodes, root, retained
+
+    @functools.cached_property
+    def tape(self) -> _TapeGraph:
+        return _TapeGraph(self._nodes, self._root, self._retained)
 
     @property
+    def graph(self) -> Graph:
+        return self.tape.graph
+
+    @functools.cached_property
+    def partition(self):
+        from gradir.passes import joint_graph, partition, run_pipeline
+
+        return partition(run_pipeline(joint_graph(self.tape.graph, self.tape.wrt)))
+
+    @functools.cached_property
     def recomputed(self) -> int:
-        return self.tape.recomputed
+        return self.tape.count_recomputed(self.partition)
 
     @property
     def from_tape(self) -> int:
-        return len(self.partition.residuals) - self.tape.recomputed
+        return len(self.partition.residuals) - self.recomputed
 
 
 _LAST: list[BackwardRecord] = []
@@ -575,10 +646,12 @@ def last_backward() -> BackwardRecord | None:
 
 
 def _seed(root: Tensor, gradient, create_graph: bool, src):
-    if gradient is None:
-        if root.size != 1:
-            raise ShapeError(f"a gradient can only be implied for a one-element output, this is {root.type_str}; pass "
-                             "backward(gradient=...) with the output's shape", op="backward", source=src)
+    if gradient is None:  # gradir.seed's rule, the one gr.grad applies too
+        from gradir.seed import check_implied_seed
+
+        check_implied_seed(root.shape, root.dtype, root.type_str, lead="a gradient can only be implied for a "
+                           "scalar output", hint="pass backward(gradient=...) with the output's shape",
+                           op="backward", source=src)
         return np.ones(root.shape, root.dtype)
     g = gradient if isinstance(gradient, Tensor) else Tensor(gradient, dtype=root.dtype)
     if g.shape != root.shape:
@@ -637,17 +710,16 @@ def _check_saved(nodes: list[Node]) -> None:
 
 
 class _TapeGraph:
-    """The forward Graph of the reachable tape, and where each of its values is held."""
+    """The forward Graph of the reachable tape (every leaf, requiring grad or not, an input; a retained
+    tensor's value v as v + eps, eps an input, so d/d(eps) is its gradient), and the values it holds."""
 
-    def __init__(self, nodes: list[Node], root: Node):
+    def __init__(self, nodes: list[Node], root: Node, retained: set):
         g = Graph("tape")
         self.graph = g
-        self.inputs: list = []        # per graph input: a leaf Tensor, a _Frozen, or a retained Tensor's zeros
-        self.targets: list[Tensor] = []  # gradient outputs, in `wrt` order: leaves, then retained tensors
-        self.recomputed = 0
-        self.saved: list = []         # (graph value, storage, Tensor-maker for create_graph)
+        self.saved: list[Value] = []  # graph values the tape keeps for backward (saved operands/outputs)
         leaf_in: dict = {}
-        retained: list = []
+        kinds: list[bool] = []  # per graph input: a leaf that requires grad?
+        eps: list[int] = []
         out_of: dict[Node, Value] = {}
         for n in nodes:
             operands = []
@@ -660,7 +732,7 @@ class _TapeGraph:
                         arr = h._storage.array if isinstance(h, Tensor) else h.storage.array
                         leaf_in[key] = g.add_input(arr.shape, arr.dtype, f"t{len(leaf_in)}", h._source if
                                                    isinstance(h, Tensor) else h.source)
-                        self.inputs.append(h)
+                        kinds.append(isinstance(h, Tensor))
                     operands.append(leaf_in[key])
                 else:  # a constant; a broadcast one enters as its compact value and a broadcast_to
                     base = np.array(_compact(h))
@@ -668,53 +740,30 @@ class _TapeGraph:
                     operands.append(c if base.shape == h.shape else
                                     g.append("broadcast_to", [c], {"shape": h.shape}, h.shape, h.dtype, n.source))
             v = g.append(n.op, operands, dict(n.attrs), n.shape, n.dtype, n.source)
-            for i, (storage, _) in n.saved.items():
-                self.saved.append((v if i < 0 else operands[i], storage, n if i < 0 else n.inputs[i]))
-            t = n.retained() if n.retained is not None else None
-            if t is not None and t._node is n:  # d/d(eps) of v + eps, eps = 0, is the gradient at v
-                eps = g.add_input(n.shape, n.dtype, f"retained{len(retained)}", t._source)
-                retained.append(t)
-                self.inputs.append(np.zeros(n.shape, n.dtype))
-                v = g.append("add", [v, eps], {}, n.shape, n.dtype, n.source)
+            self.saved += [v if i < 0 else operands[i] for i in n.had_saved]
+            if n in retained:  # d/d(eps) of v + eps, eps = 0, is the gradient at v
+                e = g.add_input(n.shape, n.dtype, f"retained{len(eps)}", n.source)
+                eps.append(len(g.inputs) - 1)
+                v = g.append("add", [v, e], {}, n.shape, n.dtype, n.source)
             out_of[n] = v
         g.outputs = [out_of[root]]
-        self.wrt = [k for k, h in enumerate(self.inputs) if isinstance(h, Tensor)]
-        self.wrt += [len(self.inputs) - len(retained) + k for k in range(len(retained))]
-        self.targets = [h for h in self.inputs if isinstance(h, Tensor)] + retained
+        self.wrt = [k for k, leaf in enumerate(kinds) if leaf] + eps
 
-    def _value(self, k: int, create_graph: bool):
-        h = self.inputs[k]
-        if isinstance(h, Tensor):
-            return h if create_graph else h._storage.array
-        if isinstance(h, _Frozen):
-            return Tensor._wrap(storage=h.storage) if create_graph else h.storage.array
-        return h
-
-    def residual_values(self, part, create_graph: bool) -> list:
-        """The backward program's residuals, read from the tape: matched by structure (op, operands,
-        attributes) to a saved value or a leaf; any other residual is recomputed from those."""
+    def count_recomputed(self, part) -> int:
+        """How many of the backward program's residuals no tape value holds: matched by structure (op,
+        operands, attributes) to a saved value or a leaf, the others are recomputed from those."""
         table: dict = {}
-        fwd_ids = _structural_ids(self.graph, [("in", k) for k in range(len(self.graph.inputs))], table)
-        joint = part.joint
-        jid = _structural_ids(joint, [("in", k) for k in range(len(self.graph.inputs))] + [("ct",)], table)
-        known: dict[int, object] = {}
-        for k, x in enumerate(self.graph.inputs):
-            known[fwd_ids[x]] = functools.partial(self._value, k, create_graph)
-        for v, storage, origin in self.saved:
-            known.setdefault(fwd_ids[v], functools.partial(_saved_value, storage, origin, create_graph))
-        memo: dict[Value, object] = {}
-        stop = lambda u: u in memo or jid[u] in known or u.op == "const"  # noqa: E731
-
-        def value_of(v: Value):
-            # a residual no tape entry holds (made by cleanup) is recomputed from the ones that do
-            self.recomputed += not stop(v)
-            for u in _topo_until(v, stop):
-                if u not in memo:
-                    i = jid[u]
-                    memo[u] = known[i]() if i in known else u.attrs["value"] if u.op == "const" else \
-                        bind(u.op, *[memo[x] for x in u.inputs], **u.attrs)
-            return memo[v]
-        return [value_of(r) for r in part.residuals]
+        keys = [("in", k) for k in range(len(self.graph.inputs))]
+        fwd_ids = _structural_ids(self.graph, keys, table)
+        jid = _structural_ids(part.joint, keys + [("ct",)], table)
+        known = {fwd_ids[x] for x in self.graph.inputs} | {fwd_ids[v] for v in self.saved}
+        done: set[Value] = set()
+        stop = lambda u: u in done or jid[u] in known or u.op == "const"  # noqa: E731
+        count = 0
+        for r in part.residuals:
+            count += not stop(r)
+            done.update(_topo_until(r, stop))
+        return count
 
 
 def _saved_value(storage: _Storage, origin, create_graph: bool):

@@ -24,17 +24,21 @@ _SOURCE_OVERRIDE: list[tuple[str | None, tuple | None]] = []  # set while a pass
 _SCOPES: list[str] = []  # gr.scope / gr.checkpoint regions the user's code is inside
 
 
-_NOT_USER_CODE = frozenset({"gradir", "click", "typer"})  # gradir itself, and what runs its command line
+_COMMAND_LINE = frozenset({"click", "typer"})  # what runs gradir's command line
 
 
 def user_source(depth: int = 1) -> str | None:
-    """`file.py:LINE` of the innermost frame outside gradir's own modules."""
+    """`file.py:LINE` of the innermost frame outside gradir's own modules; None when gradir's command
+    line called in with no user frame on the way (its launcher, `bin/gradir:8`, is not the user's line:
+    the CLI names the model file instead)."""
     if _SOURCE_OVERRIDE:
         return _SOURCE_OVERRIDE[-1][0]
     f = sys._getframe(depth)
     while f is not None:
-        mod = f.f_globals.get("__name__", "")
-        if mod.split(".")[0] not in _NOT_USER_CODE:
+        top = f.f_globals.get("__name__", "").split(".")[0]
+        if top in _COMMAND_LINE:
+            return None
+        if top != "gradir":
             return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
         f = f.f_back
     return None

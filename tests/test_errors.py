@@ -222,7 +222,7 @@ def test_float_of_a_traced_value_suggests_where():
 # -- differentiation errors ------------------------------------------------------------------------
 @pytest.mark.parametrize("arg", [np.arange(3), np.array([True, False]), 3], ids=["int64", "bool", "python-int"])
 def test_grad_of_a_non_float_input(arg):
-    with pytest.raises(NonDifferentiableError, match="(i64|bool)") as ei:
+    with pytest.raises(NonDifferentiableError, match="(integer dtype i64|dtype bool|is the integer 3), which has no gradient") as ei:
         gr.grad(lambda x: gr.sum(x * 2.0))(arg)
     assert ei.value.op == "grad"
 
