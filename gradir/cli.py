@@ -21,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import json
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -325,7 +326,7 @@ ARGNUMS_HELP = "Arguments to differentiate: positions or parameter names, comma-
 REMAT_HELP = (f"Recompute plan: {', '.join(REMAT_POLICIES)} (default: none; optimal when --budget is given, "
               "uniform when --segments is).")
 BUDGET_HELP = ("Activation memory budget for --remat optimal: bytes or a size such as 4MiB, 512KiB, 1.5GB "
-               "(KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024).")
+               "(KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024), rounded to whole bytes.")
 SEGMENTS_HELP = "Segments for --remat uniform (default: the square root of the number of blocks)."
 
 
@@ -439,9 +440,6 @@ def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | No
         console = _console()
         console.print(report.table())
         console.print(j.remat.table())
-    over = remat.over_budget(j.remat)
-    if over:
-        typer.echo(f"gradir: note: {over}", err=True)
 
 
 # -- recompute planning options ---------------------------------------------------------------------
@@ -453,22 +451,25 @@ SIZE_SYNTAX = ("write bytes (1000000) or a number with a unit: B, KB, MB, GB, TB
 
 
 def parse_size(text: str, option: str = "--budget") -> int:
-    """Bytes from a size such as ``4MiB``, ``512 KiB``, ``1.5GB`` or ``1000000`` (units are case-insensitive;
-    KB/MB/GB are powers of 1000, KiB/MiB/GiB powers of 1024). A CLIError names what is wrong."""
+    """Bytes from a size such as ``4MiB``, ``512 KiB``, ``1.5GB``, ``1000000`` or ``4,250 B`` (units are
+    case-insensitive; KB/MB/GB are powers of 1000, KiB/MiB/GiB powers of 1024), rounded to the nearest
+    whole byte, so the sizes gradir prints (``4.15 KiB``) read back. A CLIError names what is wrong."""
     stripped = text.strip()
     number = stripped.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
     unit = stripped[len(number):].strip().lower()
+    if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d*)?", number):  # thousands separators, as in "4,250 B"
+        number = number.replace(",", "")
     try:
         value = decimal.Decimal(number)
     except decimal.InvalidOperation:
         value = None
     if value is None or not value.is_finite() or unit not in SIZE_UNITS:
         raise CLIError(f"{option} {text!r} is not a size: {SIZE_SYNTAX}")
-    size = value * SIZE_UNITS[unit]
-    if size != size.to_integral_value():
-        raise CLIError(f"{option} {text!r} is not a whole number of bytes ({size.normalize()} B)")
-    if size <= 0:
+    if value <= 0:
         raise CLIError(f"{option} {text!r} must be a positive number of bytes")
+    size = (value * SIZE_UNITS[unit]).to_integral_value(rounding=decimal.ROUND_HALF_UP)
+    if size < 1:
+        raise CLIError(f"{option} {text!r} is less than half a byte (it rounds to 0 B)")
     return int(size)
 
 
@@ -489,6 +490,9 @@ class Remat:
             raise CLIError(f"unknown --remat {policy!r} (have: {', '.join(REMAT_POLICIES)})")
         nbytes = None if budget is None else parse_size(budget)
         policy = policy or ("optimal" if nbytes is not None else "uniform")
+        if nbytes is not None and policy != "optimal":  # the heuristics never look at a budget: not silently
+            raise CLIError(f"--budget is an option of --remat optimal, the policy that plans under a budget; "
+                           f"--remat {policy} does not look at one (its report gives the activation peak it reaches)")
         if segments is not None and policy != "uniform":
             raise CLIError(f"--segments is an option of --remat uniform, not of --remat {policy}")
         if segments is not None and segments < 1:
@@ -500,13 +504,6 @@ class Remat:
         if self.segments is not None:
             kw["segments"] = self.segments
         return kw
-
-    def over_budget(self, report) -> str | None:
-        """A note when a heuristic plan (which does not look at the budget) peaks above it."""
-        if self.budget is None or report.peak_bytes <= self.budget:
-            return None
-        return (f"the {self.policy} plan's activation peak {_human_bytes(report.peak_bytes)} is above the budget "
-                f"{_human_bytes(self.budget)}; only --remat optimal plans under a budget")
 
     def summary(self, report) -> str:
         """One line: what the plan keeps, what it recomputes, what it costs."""

@@ -282,14 +282,18 @@ def test_optimal_below_the_smallest_feasible_peak_is_a_clear_error():
 
 @pytest.mark.parametrize("text, size", [("4MiB", 4 * 2**20), ("512KiB", 512 * 1024), ("1.5GB", 1_500_000_000),
                                         ("1000000", 10**6), ("2 kb", 2000), ("0.5KiB", 512), ("1e6", 10**6),
-                                        ("100B", 100), ("1GiB", 2**30)])
+                                        ("100B", 100), ("1GiB", 2**30),
+                                        # fractions of a byte round to the nearest one (1.2 * 1024 = 1228.8)
+                                        ("1.2KiB", 1229), ("1.5", 2), ("0.5", 1), ("2.4 B", 2),
+                                        # what gradir prints reads back: "4,250 B (4.15 KiB)"; 4.15 * 1024 = 4249.6
+                                        ("4.15 KiB", 4250), ("4,250 B", 4250), ("1,048,576", 2**20)])
 def test_parse_size(text, size):
     assert parse_size(text) == size
 
 
 @pytest.mark.parametrize("text, why", [("4M", "not a size"), ("4MB/s", "not a size"), ("abc", "not a size"),
-                                       ("", "not a size"), ("nan", "not a size"), ("1.5", "not a whole number"),
-                                       ("0", "positive"), ("-1KiB", "positive")])
+                                       ("", "not a size"), ("nan", "not a size"), ("12,34", "not a size"),
+                                       ("0", "positive"), ("-1KiB", "positive"), ("0.4", "rounds to 0 B")])
 def test_parse_size_rejects(text, why):
     with pytest.raises(CLIError, match=why) as e:
         parse_size(text)
@@ -318,24 +322,45 @@ def _invoke(*args):
 
 
 def test_memory_with_remat_json_gives_both_reports(chain_file):
-    result = _invoke("memory", chain_file, "--remat", "uniform", "--segments", "3", "--budget", "1KiB", "--format", "json")
+    result = _invoke("memory", chain_file, "--remat", "uniform", "--segments", "3", "--format", "json")
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
-    assert set(out) == {"memory", "remat", "budget_bytes"} and out["budget_bytes"] == 1024
+    assert set(out) == {"memory", "remat", "budget_bytes"} and out["budget_bytes"] is None
     r = out["remat"]  # segments of 2 blocks: see test_uniform_on_a_scoped_chain_by_hand
     assert (r["policy"], r["saved_count"], r["saved_bytes"], r["recomputed_ops"], r["block_calls"]) == ("uniform", 3, 120,
                                                                                                         2, 8)
     assert r["options"]["segments"] == 3
     assert out["memory"]["peak_bytes"] >= r["peak_bytes"]  # the memory plan also counts the program's results
-    assert result.stderr == ""  # 160 B fits in 1 KiB: no note
+    assert result.stderr == ""
 
 
-def test_memory_with_remat_table_and_a_budget_note(chain_file):
-    result = _invoke("memory", chain_file, "--remat", "uniform", "--budget", "100")
+def test_memory_with_remat_table(chain_file):
+    result = _invoke("memory", chain_file, "--remat", "uniform")
     assert result.exit_code == 0, result.stderr
     assert "memory plan" in result.stdout and "recompute plans" in result.stdout and "uniform" in result.stdout
-    # a heuristic does not look at the budget: say so when its plan (160 B activation peak) is above it
-    assert "above the budget 100 B" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("policy", ["none", "uniform", "selective", "mincut"])
+@pytest.mark.parametrize("command", ["memory", "trace"])
+def test_a_budget_for_a_heuristic_is_refused_not_ignored(chain_file, policy, command):
+    """Only the optimal planner reads a budget; a heuristic would produce the same plan with or without one
+    (160 B fits in 1 KiB, so nothing would even be noted): the option is refused, saying which policy takes it."""
+    result = _invoke(command, chain_file, "--remat", policy, "--budget", "1KiB")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "--budget is an option of --remat optimal" in result.stderr and f"--remat {policy} does not" in result.stderr
+
+
+def test_a_printed_budget_reads_back(chain_file):
+    """The summary prints budgets as "4,250 B (4.15 KiB)"; either form, pasted back, asks for that budget
+    (to the byte for the first; 4.15 KiB = 4249.6 B rounds to the same 4,250 B)."""
+    printed = _invoke("trace", chain_file, "--remat", "optimal", "--budget", "4250")
+    assert printed.exit_code == 0, printed.stderr
+    shown = re.search(r"\(budget ([\d,]+ B) \(([\d.]+ KiB)\)\)", " ".join(printed.stdout.split()))  # table may wrap
+    assert shown is not None and shown.groups() == ("4,250 B", "4.15 KiB"), printed.stdout
+    for text in shown.groups():
+        again = _invoke("memory", chain_file, "--remat", "optimal", "--budget", text, "--format", "json")
+        assert again.exit_code == 0 and json.loads(again.stdout)["budget_bytes"] == 4250, again.stderr
 
 
 def test_memory_without_remat_is_the_plain_memory_report(chain_file):
@@ -346,7 +371,8 @@ def test_memory_without_remat_is_the_plain_memory_report(chain_file):
 @pytest.mark.parametrize("args, message", [
     (["--remat", "sometimes"], "unknown --remat 'sometimes' (have: none, uniform, selective, mincut, optimal)"),
     (["--budget", "4M"], "--budget '4M' is not a size"),
-    (["--budget", "0.5"], "not a whole number of bytes"),
+    (["--budget", "0.4"], "rounds to 0 B"),
+    (["--remat", "uniform", "--budget", "1KiB"], "--budget is an option of --remat optimal"),
     (["--remat", "selective", "--segments", "2"], "--segments is an option of --remat uniform"),
     (["--segments", "0"], "--segments 0 must be at least 1"),
 ])
