@@ -385,3 +385,65 @@ def test_trace_backend_llvm_prints_the_fused_kernels():
         assert covered == names
     bad = runner.invoke(app, ["trace", str(MLP), "--backend", "cuda"])
     assert bad.exit_code != 0 and "unknown --backend 'cuda'" in bad.stderr
+
+
+# -- errors name the model file's line, the same way in trace and check (issue 9) -----------------------
+
+VECTOR_LOSS = "import gradir as gr\n\n\ndef loss(x: gr.f32[3]):\n    y = x * 2.0\n    return y\n"  # y at line 5
+MISMATCH = "import gradir as gr\n\n\ndef loss(x: gr.f32[3], w: gr.f32[4, 5]):\n    y = x @ w\n    return gr.sum(y)\n"
+
+
+@pytest.mark.parametrize("command", ["trace", "check", "memory", "schedule"])
+def test_a_non_scalar_loss_is_located_at_the_model_line_computing_it(tmp_path, command):
+    """Not at the launcher ("gradir:8") nor at the test calling the CLI: the model file's line 5."""
+    path = _write(tmp_path, "vector.py", VECTOR_LOSS)
+    err = _error([command, path])
+    assert err.startswith(f"gradir: error: {path}:5: ShapeError: ") and "one scalar" in err and "[3]" in err, err
+    assert "test_cli.py" not in err and "(at " not in err
+
+
+def test_the_console_script_names_the_model_line_too(tmp_path):
+    """The reported bug: the installed `gradir` launcher's own line (gradir:8) was taken for the user's."""
+    script = pathlib.Path(sys.executable).with_name("gradir")
+    if not script.exists():
+        pytest.skip("no installed gradir console script next to this Python")
+    path = _write(tmp_path, "vector.py", VECTOR_LOSS)
+    proc = subprocess.run([str(script), "trace", path], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"gradir: error: {path}:5: ShapeError: "), proc.stderr
+    assert "gradir:8" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["trace", "check"])
+def test_trace_and_check_report_a_shape_error_alike(tmp_path, command):
+    """check traces the function before running it on plain arrays for the differences, so a shape error
+    is gradir's ShapeError at the model line (as trace gives it), not NumPy's gufunc message."""
+    path = _write(tmp_path, "mismatch.py", MISMATCH)
+    err = _error([command, path])
+    assert err.startswith(f"gradir: error: {path}:5: ShapeError: matmul: inner dimensions differ: "), err
+    assert "[3] @ " in err and "[4,5]" in err and "gufunc" not in err
+
+
+def test_an_integer_argument_chosen_with_argnums_names_the_function(tmp_path):
+    """No user line called trace_grad (the CLI did): the error points at the function's definition."""
+    path = _write(tmp_path, "indexed.py", "import gradir as gr\n\n\ndef loss(x: gr.f64[3], n: gr.i64[3](high=5)):\n"
+                  "    return gr.sum(x * n)\n")
+    err = _error(["trace", path, "--argnums", "n"])
+    assert err.startswith(f"gradir: error: {path}:4: NonDifferentiableError: trace_grad: argument n ")
+    assert "integer dtype i64, which has no gradient" in err
+
+
+def test_a_one_element_loss_of_shape_1_1_is_traced_and_checked(tmp_path):
+    """gradir.seed's rule (one element, any shape, as torch's backward()): central differences judge it."""
+    path = _write(tmp_path, "boxed.py", "import gradir as gr\n\n\ndef loss(x: gr.f64[3]):\n"
+                  "    return gr.sum(x * x * x).reshape(1, 1)\n")
+    checked = runner.invoke(app, ["check", path])
+    assert checked.exit_code == 0 and "gradcheck passed: loss, 3 coordinates" in checked.stdout, checked.stderr
+    traced = runner.invoke(app, ["trace", path])
+    assert traced.exit_code == 0, traced.stderr
+    forward, backward = _graphs(traced.stdout)
+    x = np.array([0.5, -1.0, 2.0])
+    loss, *saved = run(forward, [x])
+    assert np.shape(loss) == (1, 1) and backward.inputs[-1].shape == (1, 1)  # the cotangent has the loss's shape
+    assert float(np.asarray(loss).item()) == pytest.approx(0.125 - 1 + 8, rel=1e-12)
+    (dx,) = run(backward, saved + [np.ones((1, 1))])
+    np.testing.assert_allclose(dx, 3 * x * x, rtol=1e-12)  # d/dx sum(x^3) = 3x^2, by hand
