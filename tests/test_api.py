@@ -126,3 +126,53 @@ def test_keyword_arguments_pass_through_grad_and_are_static_in_compile():
     assert step.cache_size == 2  # a new static keyword value, a new trace
     with pytest.raises(GradirError, match="must be hashable"):
         step(w, x, scale=np.ones(1))
+
+
+# -- one rule for an implied gradient seed: gr.grad and Tensor.backward, as torch's backward() -------------
+
+
+def _torch_backward_grad(x: np.ndarray, shape: tuple):
+    """torch's gradient of sum(sin(x) * x) reshaped to `shape`, by backward() without a gradient
+    argument; None where torch refuses to imply one."""
+    t = torch.tensor(x, requires_grad=True)
+    try:
+        (torch.sin(t) * t).sum().reshape(shape).backward()
+    except RuntimeError:
+        return None
+    return t.grad.numpy()
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1), (1, 1, 1)])
+def test_a_one_element_output_of_any_shape_is_differentiated_like_torch(shape):
+    x = np.array([0.3, -1.2, 2.0])
+    want = _torch_backward_grad(x, shape)
+    assert want is not None  # torch accepts every one-element shape
+
+    def f(v):
+        return gr.sum(gr.sin(v) * v).reshape(shape)
+    value, g = gr.value_and_grad(f)(x)
+    np.testing.assert_allclose(g, want, rtol=1e-13)
+    assert np.shape(value) == shape and np.asarray(value).item() == pytest.approx(np.sum(np.sin(x) * x), rel=1e-13)
+    np.testing.assert_allclose(gr.compile(gr.grad(f), backend="numpy")(x), want, rtol=1e-13)
+    t = gr.Tensor(x, requires_grad=True)
+    f(t).backward()
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-13)
+
+
+@pytest.mark.parametrize("shape", [(3,), (1, 3)])
+def test_a_many_element_output_is_refused_by_both_as_by_torch(shape):
+    from gradir.errors import ShapeError
+
+    x = np.array([0.3, -1.2, 2.0])
+
+    def f(v):
+        return (gr.sin(v) * v).reshape(shape)
+    t = torch.tensor(x, requires_grad=True)
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        (torch.sin(t) * t).reshape(shape).backward()
+    with pytest.raises(ShapeError, match=r"one element, any shape.*gr.vjp") as grad_error:
+        gr.grad(f)(x)
+    tensor = gr.Tensor(x, requires_grad=True)
+    with pytest.raises(ShapeError, match=r"one element, any shape.*backward\(gradient=") as backward_error:
+        f(tensor).backward()
+    assert grad_error.value.op == "grad" and backward_error.value.op == "backward"

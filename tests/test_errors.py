@@ -222,7 +222,8 @@ def test_float_of_a_traced_value_suggests_where():
 # -- differentiation errors ------------------------------------------------------------------------
 @pytest.mark.parametrize("arg", [np.arange(3), np.array([True, False]), 3], ids=["int64", "bool", "python-int"])
 def test_grad_of_a_non_float_input(arg):
-    with pytest.raises(NonDifferentiableError, match="(integer dtype i64|dtype bool|is the integer 3), which has no gradient") as ei:
+    why = "(integer dtype i64|dtype bool|is the integer 3), which has no gradient"
+    with pytest.raises(NonDifferentiableError, match=why) as ei:
         gr.grad(lambda x: gr.sum(x * 2.0))(arg)
     assert ei.value.op == "grad"
 
@@ -343,3 +344,36 @@ def test_calling_with_the_wrong_number_of_arguments_is_a_gradir_error():
     with pytest.raises(TraceError, match="cannot call") as ei:
         gr.compile(lambda a, b: a * b)(1.0)
     assert ei.value.source.startswith("test_errors.py:")
+
+
+# -- gr.grad's argument and output errors (issue 9) -----------------------------------------------
+
+
+def test_grad_of_a_python_int_says_the_argument_has_no_gradient():
+    """Not "the output is i64": the integer argument is the problem, and a float is the fix."""
+    with pytest.raises(NonDifferentiableError, match=r"argument n is the integer 3, which has no gradient: "
+                                                     r"pass a float \(3\.0\)") as ei:
+        gr.grad(lambda n: n * n)(3)
+    check_located(ei, "grad")
+    assert "output" not in str(ei.value)
+    assert gr.grad(lambda n: n * n)(3.0) == 6.0  # d/dn n^2 = 2n, by hand
+    with pytest.raises(NonDifferentiableError, match="argument k is the integer 2") as ei:
+        gr.grad(lambda x, k: x ** k, argnums=(0, 1))(1.5, 2)
+    check_located(ei, "grad")
+    with pytest.raises(NonDifferentiableError, match="argument n is the integer 3") as ei:
+        gr.trace_grad(lambda n: n * n, 3)
+    check_located(ei, "trace_grad")
+
+
+def test_grad_of_a_non_scalar_output_points_at_the_line_computing_it():
+    def f(x):
+        y = x * 2.0
+        return y
+
+    with pytest.raises(ShapeError, match=r"one scalar.*got f64\[3\]") as ei:
+        gr.grad(f)(np.ones(3))
+    assert ei.value.source == f"{HERE}:{f.__code__.co_firstlineno + 1}"  # the line computing y
+    assert ei.value.source in str(ei.value)
+    with pytest.raises(ShapeError, match=r"one scalar.*got f64\[3\]") as ei:
+        gr.grad(lambda x: x)(np.ones(3))  # an input returned as is: no line computed it, so the call's line
+    check_located(ei, "grad")
