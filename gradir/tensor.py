@@ -30,13 +30,13 @@ import functools
 import itertools
 import types
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
 from gradir import dtypes
 from gradir.errors import (
     DTypeError,
+    ExecutionError,
     FreedGraphError,
     GradirError,
     NonDifferentiableError,
@@ -47,6 +47,7 @@ from gradir.errors import (
 from gradir.interop import is_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.primitive import get_primitive
+from gradir.tape_rules import tape_rule
 from gradir.trace import EagerOperand, bind, user_source
 
 # -- grad mode --------------------------------------------------------------------------------------
@@ -117,15 +118,16 @@ class Node:
 
     `inputs` link each operand to where its value came from: another Node, a leaf Tensor that
     requires grad, a `_Frozen` Tensor (no grad) or an ndarray constant. `saved` maps each operand
-    the VJP rule reads (-1: the output) to (storage, version at record time); backward frees it."""
+    the VJP rule reads (-1: the output) to (storage, version at record time); backward frees it
+    (`had_saved` keeps the keys). `rule` is the op's VJP for this signature (`gradir.tape_rules`)."""
 
     __slots__ = ("op", "attrs", "inputs", "source", "shape", "dtype", "seq", "saved", "had_saved", "freed",
-                 "retained", "__weakref__")
+                 "retained", "rule", "__weakref__")
 
-    def __init__(self, op, attrs, inputs, source, shape, dtype, saved):
+    def __init__(self, op, attrs, inputs, source, shape, dtype, saved, rule):
         self.op, self.attrs, self.inputs, self.source = op, attrs, inputs, source
-        self.shape, self.dtype, self.seq = shape, dtype, next(_seq)
-        self.saved, self.had_saved, self.freed, self.retained = saved, bool(saved), False, None
+        self.shape, self.dtype, self.seq, self.rule = shape, dtype, next(_seq), rule
+        self.saved, self.had_saved, self.freed, self.retained = saved, tuple(saved), False, None
 
     @property
     def name(self) -> str:
@@ -155,15 +157,6 @@ class AccumulateGrad:
 
     def __repr__(self) -> str:
         return "<AccumulateGrad>"
-
-
-def _saved_reads(op, operands, attrs, value, need) -> frozenset[int]:
-    """What op's VJP reads to give the operands in `need` their cotangents (as PyTorch saves only
-    for inputs that require grad)."""
-    from gradir.rules import vjp_reads_by_operand
-
-    parts = vjp_reads_by_operand(op, operands, attrs, value.shape, value.dtype)
-    return frozenset().union(*[p for p, n in zip(parts, need) if n and p is not None])
 
 
 # -- the Tensor ----------------------------------------------------------------------------------------
@@ -337,14 +330,17 @@ class Tensor(EagerOperand):
         if not value.flags.writeable or any(np.may_share_memory(value, a) for a in arrays):
             value = value.copy()  # never alias: an in-place write must go through one version counter
         out = cls._wrap(value)
-        need = [isinstance(o, Tensor) and o._requires_grad for o in operands]
+        need = tuple([isinstance(o, Tensor) and o._requires_grad for o in operands])
         if not (_GRAD_MODE[-1] and any(need) and prim.differentiable and dtypes.is_inexact(value.dtype)):
             return out
-        reads = _saved_reads(op, arrays, attrs, value, need)
+        # what the VJP reads to give the operands in `need` their cotangents (as PyTorch saves only
+        # for inputs that require grad)
+        rule = tape_rule(op, arrays, attrs, value, need)
+        reads = rule.reads
         saved = {i: ((out._storage, 0) if i < 0 else (operands[i]._storage, operands[i]._storage.version))
                  for i in reads if i < 0 or isinstance(operands[i], Tensor)}
         inputs = tuple(_link(o, a, i in reads) for i, (o, a) in enumerate(zip(operands, arrays)))
-        out._node = Node(op, attrs, inputs, out._source, value.shape, value.dtype, saved)
+        out._node = Node(op, attrs, inputs, out._source, value.shape, value.dtype, saved, rule)
         out._requires_grad = True
         return out
 
@@ -561,7 +557,8 @@ def _walk(nodes: list[Node], root: Node, seed, create_graph: bool) -> tuple[list
         if g is None:
             continue
         rule = n.rule
-        for i, c in zip(rule.targets, _node_vjp(n, rule, g, create_graph)):
+        cts = _node_vjp(n, rule, g, create_graph)  # builds the rule on first use, and with it rule.targets
+        for i, c in zip(rule.targets, cts):
             h = n.inputs[i]
             if isinstance(h, Node):
                 prev = pending.get(h)

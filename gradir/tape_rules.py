@@ -1,0 +1,108 @@
+"""The VJP rule of an eager tape node as a small compiled program, built once per signature.
+
+`Tensor.backward()` walks the tape in reverse, as PyTorch's engine does, and needs each node's VJP
+rule on concrete arrays. The rules are written with gradir ops (`gradir.primitive`), so a rule is
+traced on placeholders (the operands, the op's output, the cotangent `g`) into a `Graph` whose
+outputs are the cotangents of the operands that need one; the default cleanup pipeline runs on it
+(lowering composites, as for `gr.grad`) and the NumPy backend compiles it. That happens once per
+signature (op, operand shapes and dtypes, attributes, which operands need a gradient); every later
+node with that signature calls the compiled function. With `create_graph=True` the same graph runs
+through `bind` on Tensors (`inline`), so the gradients get a history of their own.
+
+A rule that cannot be traced on placeholders (it needs operand values) is traced again for each
+node with the node's values as constants (`TapeRule.specialized`).
+"""
+
+from __future__ import annotations
+
+from gradir.errors import GradirError
+from gradir.ir import Graph, Value
+from gradir.primitive import get_primitive
+from gradir.rules import vjp_reads_by_operand
+from gradir.trace import building, constant
+
+_RULES: dict[tuple, TapeRule] = {}
+MAX_RULES = 4096  # signatures kept; a program whose shapes keep changing starts over rather than grow
+
+
+def _attrs_key(attrs: dict):
+    if not attrs:
+        return ()
+    key = tuple([(k, v.__class__, v) for k, v in sorted(attrs.items())])
+    try:
+        hash(key)
+        return key
+    except TypeError:  # an unhashable attribute (a slice, a list): its text form
+        return repr(key)
+
+
+def tape_rule(op: str, arrays, attrs: dict, out, need: tuple[bool, ...]) -> TapeRule:
+    """The rule of `op` applied to `arrays` with `attrs` (giving `out`; anything with shape and
+    dtype) for cotangents of the operands flagged in `need`. Cached by signature."""
+    key = (op, tuple([(a.shape, a.dtype) for a in arrays]), _attrs_key(attrs), need)
+    rule = _RULES.get(key)
+    if rule is None:
+        if len(_RULES) >= MAX_RULES:
+            _RULES.clear()
+        rule = _RULES[key] = TapeRule(op, arrays, attrs, out, need)
+    return rule
+
+
+class TapeRule:
+    """What one signature's VJP reads (`reads`: operand positions, -1 the output) and, built on first
+    use, the traced and cleaned rule (`graph`, outputs: the cotangents of the operands in `targets`)
+    and its compiled NumPy function (`fn(*operands, out, g)`; operands it does not read may be None)."""
+
+    __slots__ = ("op", "attrs", "types", "out_type", "need", "reads", "targets", "_graph", "_fn")
+
+    def __init__(self, op, arrays, attrs, out, need):
+        self.op, self.attrs, self.need = op, dict(attrs), need
+        self.types = [(tuple(a.shape), a.dtype) for a in arrays]
+        self.out_type = (tuple(out.shape), out.dtype)
+        parts = vjp_reads_by_operand(op, arrays, attrs, *self.out_type)
+        self.reads = frozenset().union(*[p for p, n in zip(parts, need) if n and p is not None])
+        self.targets: tuple[int, ...] = ()
+        self._graph = self._fn = None
+
+    @property
+    def graph(self) -> Graph | None:
+        """The rule traced on placeholders and cleaned; None when it needs the operands' values."""
+        if self._graph is None:
+            g = Graph(f"vjp_of_{self.op}")
+            with building(g):
+                xs = [g.add_input(s, d, f"x{i}") for i, (s, d) in enumerate(self.types)]
+                out, ct = g.add_input(*self.out_type, "out"), g.add_input(*self.out_type, "g")
+                try:
+                    cts = get_primitive(self.op).vjp(ct, out, *xs, **self.attrs)
+                except GradirError:
+                    cts = None
+            self._graph = False if cts is None else self._finish(g, list(cts))
+        return None if self._graph is False else self._graph
+
+    @property
+    def fn(self):
+        """The compiled rule (None when it needs the operands' values: see `specialized`)."""
+        if self._fn is None:
+            from gradir.backends import compile_numpy
+
+            graph = self.graph
+            self._fn = compile_numpy(graph).fn if graph is not None else False
+        return None if self._fn is False else self._fn
+
+    def specialized(self, operands, out, g) -> Graph:
+        """The rule traced with this node's values as constants (its inputs stand for the operands
+        given as None, its outputs are the cotangents of `targets`)."""
+        graph = Graph(f"vjp_of_{self.op}")
+        with building(graph):
+            xs = [constant(a) if a is not None else graph.add_input(s, d, f"x{i}")
+                  for i, (a, (s, d)) in enumerate(zip(operands, self.types))]
+            cts = get_primitive(self.op).vjp(constant(g), constant(out), *xs, **self.attrs)
+        return self._finish(graph, list(cts))
+
+    def _finish(self, graph: Graph, cts: list) -> Graph:
+        """Outputs: the needed operands' cotangents; cleaned as `gr.grad` cleans its joint graph."""
+        from gradir.passes import run_pipeline
+
+        self.targets = tuple(i for i, c in enumerate(cts[:len(self.need)]) if self.need[i] and isinstance(c, Value))
+        graph.outputs = [cts[i] for i in self.targets]
+        return run_pipeline(graph, verify=False)
