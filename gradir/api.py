@@ -284,7 +284,9 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable
 
 def grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
     """The gradient of scalar-valued `fn` with respect to positional arguments `argnums`
-    (an int gives one gradient, a tuple a tuple of them). Differentiable again: grad(grad(f))."""
+    (an int gives one gradient, a tuple a tuple of them). Differentiable again: grad(grad(f)).
+    "Scalar" as for torch's backward(): one real float element, of any shape ((), (1,), (1, 1), ...;
+    gradir.seed); the arguments differentiated must be real floats (pass 3.0, not 3)."""
     vg = value_and_grad(fn, argnums)
 
     @functools.wraps(fn)
