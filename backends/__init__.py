@@ -2,10 +2,12 @@
 
 from gradir.backends.numpy_backend import CompiledGraph, MeasuredRun, generate_source, measure_memory, run
 from gradir.backends.numpy_backend import compile_graph as compile_numpy
+from gradir.gcpause import gc_paused
 
 BACKENDS = ("numpy", "llvm")
 
 
+@gc_paused
 def compile_graph(graph, check: bool = False, order=None, backend: str = "numpy"):
     """Compile `graph` with `backend` ("numpy" or "llvm"); its nodes run in `order` (a schedule)."""
     if backend == "llvm":

@@ -6,6 +6,7 @@
 
 from gradir import checks, display, dtypes, errors, nn  # noqa: F401 - the gr.checks and gr.nn namespaces
 from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
+from gradir.cache import clear_caches
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.errors import GradirError
 from gradir.ir import Graph, Value
@@ -19,6 +20,6 @@ __version__ = "0.1.0"
 
 display.install()  # _repr_svg_/_repr_html_ for notebooks
 
-__all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "compile",
+__all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "clear_caches", "compile",
            "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "grad", "int32", "int64",
            "jvp", "no_grad", "scope", "trace", "trace_grad", "value_and_grad", "vjp", *_ops_all]

@@ -18,14 +18,24 @@ from typing import Any
 
 import numpy as np
 
-from gradir import dtypes
+from gradir import cache, dtypes
 from gradir.errors import DTypeError, GradirError, NonDifferentiableError, ShapeError, TraceError, UnsupportedOpError
 from gradir.grad_trace import GradTrace
 from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.pytree import TreeDef, tree_flatten, tree_flatten_with_path, tree_unflatten
 from gradir.seed import check_implied_seed
-from gradir.trace import EagerOperand, abstract_dtype, constant, inline, is_traced, trace_flat, user_source
+from gradir.trace import (
+    EagerOperand,
+    abstract_dtype,
+    constant,
+    current_graph,
+    current_scope,
+    inline,
+    is_traced,
+    trace_flat,
+    user_source,
+)
 
 # -- arguments ------------------------------------------------------------------------------------
 
@@ -117,20 +127,44 @@ EAGER_BACKEND = os.environ.get("GRADIR_EAGER_BACKEND", "numpy")
 """What runs the graphs of eager transformations (grad, vjp, jvp called outside gr.compile): the NumPy
 interpreter by default; "llvm" compiles each graph first (the test suite runs the op tests both ways)."""
 
+INTERPRET_NODES = 256
+"""NumPy runs graphs up to this many nodes by interpreting them; bigger ones are compiled to NumPy source
+once (about 20 µs a node, then ~5x less per node and call than the interpreter) and kept with the graph."""
+
 
 def _execute(graph: Graph, flat_args: list) -> list:
-    """Evaluate `graph` now (by EAGER_BACKEND) or re-record it inside the enclosing trace."""
+    """Evaluate `graph` now (by EAGER_BACKEND) or re-record it inside the enclosing trace. What a
+    backend compiled is kept on the graph, so cached graphs (gradir.cache) are compiled once."""
     if is_traced(*flat_args):
         return inline(graph, flat_args)
     from gradir.backends import compile_graph, run
 
-    if EAGER_BACKEND == "numpy":
+    if EAGER_BACKEND == "numpy" and len(graph.nodes) <= INTERPRET_NODES:
         return run(graph, flat_args)
-    return list(compile_graph(graph, backend=EAGER_BACKEND)(*flat_args))
+    compiled = graph.__dict__.setdefault("compiled_by", {})
+    if EAGER_BACKEND not in compiled:
+        compiled[EAGER_BACKEND] = compile_graph(graph, backend=EAGER_BACKEND)
+    return list(compiled[EAGER_BACKEND](*flat_args))
+
+
+def _cached(fn: Callable, what: tuple, a: _Args, build: Callable):
+    """`build()`'s graphs for `fn` at `a`'s signature, from gradir.cache when called outside any trace
+    (inside one, values of the enclosing trace may be captured: always built afresh)."""
+    if a.traced or current_graph() is not None:
+        return build()
+    return cache.lookup(fn, (what, _signature(a), current_scope()), build)
 
 
 def _captures(graph: Graph) -> list:
     return list(graph.captures)
+
+
+def _signature(a: _Args) -> tuple:
+    """What a trace of `a.fn` depends on besides values: pytree structure, shapes, dtypes and static
+    keyword arguments (unhashable ones make the key unhashable: the caller decides what that means)."""
+    static = a.fn.keywords if isinstance(a.fn, functools.partial) else {}
+    return (a.in_tree, tuple((x.shape, x.dtype) if type(x) is np.ndarray else (np.shape(x), abstract_dtype(x))
+                             for x in a.flat), tuple(sorted(static.items())))
 
 
 # -- trace ----------------------------------------------------------------------------------------
@@ -275,7 +309,7 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable
     def wrapper(*args, **kwargs):
         f = functools.partial(fn, **kwargs) if kwargs else fn  # keyword arguments: passed through, not differentiated
         a = _prepare(f, args)
-        graph, nums, forward = _grad_graph(f, a, argnums, "grad")
+        graph, nums, forward = _cached(fn, ("value_and_grad", argnums), a, lambda: _grad_graph(f, a, argnums, "grad"))
         values = _finish(_execute(graph, a.flat + _captures(forward)), a)
         grads = _split_grads(values[1:], a, nums)
         return values[0], (grads[0] if isinstance(argnums, int) else tuple(grads))
@@ -301,10 +335,13 @@ def vjp(fn: Callable, *args):
     from gradir.passes import joint_graph, partition, run_pipeline
 
     a = _prepare(fn, args)
-    forward = _trace(fn, a)
-    wrt = [i for i, x in enumerate(forward.inputs[:len(a.flat)]) if dtypes.is_float(x.dtype)]
-    joint = run_pipeline(joint_graph(forward, wrt))
-    part = partition(joint)
+
+    def build():
+        forward = _trace(fn, a)
+        wrt = [i for i, x in enumerate(forward.inputs[:len(a.flat)]) if dtypes.is_float(x.dtype)]
+        return forward, wrt, partition(run_pipeline(joint_graph(forward, wrt)))
+
+    forward, wrt, part = _cached(fn, ("vjp",), a, build)
     fwd_vals = _execute(part.forward, a.flat + _captures(forward))
     k = len(forward.outputs)
     outs, residuals = fwd_vals[:k], fwd_vals[k:]
@@ -363,9 +400,13 @@ def jvp(fn: Callable, primals: tuple, tangents: tuple):
     _check_tangents(t_flat, a)
     t_flat = [t if isinstance(t, Value) else np.asarray(torch_to_numpy(t) if is_torch(t) else t, dtype=p.dtype)
               for t, p in zip(t_flat, a.flat)]
-    forward = _trace(fn, a)
+
+    def build():
+        forward = _trace(fn, a)
+        return forward, run_pipeline(jvp_graph(forward))
+
+    forward, graph = _cached(fn, ("jvp",), a, build)
     caps = _captures(forward)
-    graph = run_pipeline(jvp_graph(forward))
     from gradir.ops import zeros
 
     # jvp_graph's inputs: all primal inputs (captures included), then one tangent per input
@@ -403,19 +444,14 @@ class Compiled:
         self._arrays: dict = {}  # the same entries, by the shapes and dtypes of all-array calls
         functools.update_wrapper(self, fn)
 
-    def _signature(self, a: _Args):
-        static = a.fn.keywords if isinstance(a.fn, functools.partial) else {}
+    def _entry(self, a: _Args):
+        key = _signature(a)
         try:
-            hash(key := tuple(sorted(static.items())))
+            hash(key)
         except TypeError:
             raise GradirError("keyword arguments of a compiled function are static: traced in as constants and part "
                               "of the cache key, so they must be hashable (numbers, strings, tuples); pass arrays "
                               "positionally", op="compile", source=user_source()) from None
-        return (a.in_tree, tuple((x.shape, x.dtype) if type(x) is np.ndarray else (np.shape(x), abstract_dtype(x))
-                                 for x in a.flat), key)
-
-    def _entry(self, a: _Args):
-        key = self._signature(a)
         entry = self._cache.get(key)
         if entry is None:
             from gradir.backends import compile_graph

@@ -19,6 +19,7 @@ import ast
 import itertools
 import math
 import re
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,19 +40,26 @@ class Value:
     ``x[1:]``, ``x @ w``) record new nodes in the graph being built.
     """
 
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "source", "scope", "graph", "uid", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "source", "scope", "graph_ref", "uid", "__weakref__")
     __array_priority__ = 1000  # so `ndarray * Value` defers to Value.__rmul__
 
     def __init__(self, op, inputs, attrs, shape, dtype, source=None, graph=None, scope=()):
         self.op: str = op
-        self.inputs: tuple[Value, ...] = tuple(inputs)
+        self.inputs: tuple[Value, ...] = inputs if type(inputs) is tuple else tuple(inputs)
         self.attrs: dict[str, Any] = attrs
-        self.shape: tuple[int, ...] = tuple(int(s) for s in shape)
-        self.dtype: np.dtype = np.dtype(dtype)
+        self.shape: tuple[int, ...] = tuple(map(int, shape))
+        self.dtype: np.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.source: str | None = source
-        self.scope: tuple[str, ...] = tuple(scope)  # enclosing gr.scope / gr.checkpoint regions, outermost first
-        self.graph: Graph | None = graph
+        # enclosing gr.scope / gr.checkpoint regions, outermost first
+        self.scope: tuple[str, ...] = scope if type(scope) is tuple else tuple(scope)
+        # a weak reference: no Graph <-> Value cycle, so a pass's discarded graph is freed at once, not by the GC
+        self.graph_ref = None if graph is None else graph.ref
         self.uid = next(_ids)
+
+    @property
+    def graph(self) -> Graph | None:
+        """The graph this value belongs to (None once that graph is gone)."""
+        return None if self.graph_ref is None else self.graph_ref()
 
     # -- static facts ----------------------------------------------------------------------------
     @property
@@ -224,6 +232,7 @@ class Graph:
 
     def __init__(self, name: str = "f"):
         self.name = name
+        self.ref = weakref.ref(self)  # shared by the graph's values (Value.graph)
         self.inputs: list[Value] = []
         self.nodes: list[Value] = []
         self.outputs: list[Value] = []

@@ -6,6 +6,9 @@ each one, and can record the graph after every step for printing.
 
 from __future__ import annotations
 
+import os
+
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph
 from gradir.passes.autodiff import joint_graph, needs_grad
 from gradir.passes.cleanup import cleanup, cse, dce, simplify
@@ -15,10 +18,16 @@ from gradir.passes.partition import Partition, partition
 
 DEFAULT_CLEANUP = [("lower_composites", lower_composites), ("simplify", simplify), ("cse", cse), ("dce", dce)]
 
+VERIFY = os.environ.get("GRADIR_VERIFY", "") not in ("", "0")
+"""Verify the graph after every pass (GRADIR_VERIFY=1; the test suite turns it on). Off by default: on a
+100k-node graph it would cost about as much as the passes themselves."""
 
-def run_pipeline(graph: Graph, pipeline=None, verify: bool = True, record: list | None = None) -> Graph:
-    """Apply `pipeline` (default: lower composites, simplify, cse, dce), verifying after each pass.
-    If `record` is a list, (pass name, graph) pairs are appended to it."""
+
+@gc_paused
+def run_pipeline(graph: Graph, pipeline=None, verify: bool | None = None, record: list | None = None) -> Graph:
+    """Apply `pipeline` (default: lower composites, simplify, cse, dce), verifying after each pass when
+    `verify` (default: VERIFY). If `record` is a list, (pass name, graph) pairs are appended to it."""
+    verify = VERIFY if verify is None else verify
     for name, p in pipeline or DEFAULT_CLEANUP:
         graph = p(graph)
         if verify:

@@ -9,21 +9,22 @@ memory plan, the saved-tensor report and the NumPy backend's measured peak all u
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gradir.ir import Graph, Value
 
 VIEW_OPS = frozenset({"broadcast_to", "transpose", "slice", "stop_gradient", "real", "imag", "reshape"})
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     owner: Value                 # the value whose buffer this one lives in (itself if it owns one)
     strides: tuple[int, ...]     # byte strides
 
 
+@functools.lru_cache(maxsize=4096)
 def c_strides(shape, itemsize: int) -> tuple[int, ...]:
     strides, step = [], itemsize
     for n in reversed(shape):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gradir import dtypes
 from gradir.errors import NonDifferentiableError
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.ops import add, zeros
 from gradir.primitive import get_primitive
@@ -36,6 +37,7 @@ def accumulate(contributions: list[Value]) -> Value:
     return total
 
 
+@gc_paused
 def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
     """The joint forward+backward graph of `graph` with respect to the inputs at positions `wrt`.
 

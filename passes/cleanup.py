@@ -72,11 +72,12 @@ def _scalar_const(v: Value):
     """The constant's value if `v` is a constant (or a broadcast of one) holding one repeated number."""
     while v.op == "broadcast_to":
         v = v.inputs[0]
-    if v.op == "const":
-        a = v.attrs["value"]
-        if a.size and np.all(a == a.flat[0]):
-            return a.flat[0]
-    return None
+    if v.op != "const":
+        return None
+    a = v.attrs["value"]
+    if a.size == 1:
+        return a.flat[0]
+    return a.flat[0] if a.size and (a == a.flat[0]).all() else None
 
 
 def _is(v: Value, number) -> bool:

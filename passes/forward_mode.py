@@ -8,12 +8,14 @@ operands' tangents to its own; zero tangents are tracked symbolically (None) and
 from __future__ import annotations
 
 from gradir import dtypes
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.ops import zeros
 from gradir.primitive import get_primitive
 from gradir.trace import bind, building, constant, source_of
 
 
+@gc_paused
 def jvp_graph(graph: Graph) -> Graph:
     out = Graph(f"{graph.name}_jvp")
     env: dict[Value, Value] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value, topo_values
 
 RECOMPUTE = "recompute"  # scope marking the backward's copies of recomputed forward nodes
@@ -30,6 +31,7 @@ class Partition:
     joint_of: dict[Value, Value]  # forward/backward graph value -> the joint-graph value it copies
     recomputed: list[Value]  # joint-graph forward values the backward computes again
 
+    @gc_paused
     def stitch(self, backward_order: list[Value] | None = None) -> tuple[Graph, list[Value], list[str]]:
         """Forward and backward programs as one graph (the backward reading the forward's values
         where it received residuals), with its execution order (forward, then backward in
@@ -74,6 +76,7 @@ def forward_values(joint: Graph) -> list[Value]:
     return [n for n in joint.nodes if n in fwd]
 
 
+@gc_paused
 def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) -> Partition:
     """Split `joint`. `saved`: the forward values to keep for backward (default: every one the
     backward reads); the backward recomputes any other forward value it needs."""
@@ -117,7 +120,8 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
     backward = Graph(joint.name.replace("_joint", "") + "_backward")
     benv: dict[Value, Value] = {}
     for r in residuals:
-        name = r.attrs.get("name") if r.op == "input" else f"saved_{r.op}{position[r]}"
+        # named after its %k in the forward program the user reads (saved_tanh9 is forward %9)
+        name = r.attrs.get("name") if r.op == "input" else f"saved_{r.op}{forward.number(env[r])}"
         benv[r] = backward.add_input(r.shape, r.dtype, name, r.source)
     for c in cts:
         benv[c] = backward.add_input(c.shape, c.dtype, c.attrs.get("name"), c.source)

@@ -15,6 +15,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 os.environ.setdefault("GRADIR_CHECK", "1")  # compiled code asserts every shape/dtype the IR states
+os.environ.setdefault("GRADIR_VERIFY", "1")  # every pass's result is verified
 if "GRADIR_CACHE_DIR" not in os.environ:  # compiled object code: cached for this test run only, never in ~/.cache
     import tempfile
 

@@ -176,3 +176,74 @@ def test_a_many_element_output_is_refused_by_both_as_by_torch(shape):
     with pytest.raises(ShapeError, match=r"one element, any shape.*backward\(gradient=") as backward_error:
         f(tensor).backward()
     assert grad_error.value.op == "grad" and backward_error.value.op == "backward"
+
+
+# -- eager transformations cache their graphs per input signature (gradir.cache) -------------------
+
+def test_grad_vjp_jvp_trace_once_per_signature_and_clear_caches_retraces():
+    traces = []
+
+    def f(x, scale=2.0):
+        traces.append(x.shape)
+        return gr.sum(gr.tanh(x) * scale)
+
+    x3, x4 = np.linspace(-1, 1, 3), np.linspace(-1, 1, 4)
+    g = gr.grad(f)
+    first = g(x3)
+    assert len(traces) == 1
+    np.testing.assert_allclose(g(x3 * 0.5), 2 * (1 - np.tanh(x3 * 0.5) ** 2))  # new values, same graph
+    assert len(traces) == 1 and gr.grad(f)(x3) is not None and len(traces) == 1  # keyed by the function
+    np.testing.assert_allclose(first, 2 * (1 - np.tanh(x3) ** 2))
+    g(x4)
+    g(x3, scale=3.0)  # another shape, another static keyword: traced again
+    assert len(traces) == 3
+    out, back = gr.vjp(f, x3)
+    gr.vjp(f, x3)
+    _, t = gr.jvp(f, (x3,), (np.ones(3),))
+    gr.jvp(f, (x3,), (np.ones(3),))
+    assert len(traces) == 5
+    np.testing.assert_allclose(back(1.0)[0], first)
+    np.testing.assert_allclose(t, first.sum())
+    from gradir.cache import cache_size
+
+    assert cache_size(f) == 5
+    gr.clear_caches()
+    assert cache_size(f) == 0
+    g(x3)
+    assert len(traces) == 6
+
+
+def test_cached_grad_inside_a_trace_is_not_reused_with_captured_values():
+    def f(x, w):
+        return gr.sum(gr.tanh(x * w))
+
+    x, w = np.linspace(-1, 1, 5), 0.7
+    eager = gr.grad(f)(x, w)
+
+    @gr.compile(backend="numpy")
+    def outer(x, w):
+        return gr.grad(lambda x: f(x, w))(x)  # closes over a traced w: built afresh inside the trace
+
+    np.testing.assert_allclose(outer(x, np.float64(w)), eager)
+    np.testing.assert_allclose(outer(x, np.float64(-w)), gr.grad(f)(x, -w))
+
+
+def test_big_cached_graphs_are_compiled_once_and_agree_with_the_interpreter():
+    from gradir.api import INTERPRET_NODES
+    from gradir.backends import run
+
+    def chain(x):
+        for _ in range(INTERPRET_NODES):
+            x = gr.sin(x) + x
+        return gr.sum(x)
+
+    x = np.linspace(-1, 1, 6)
+    g = gr.value_and_grad(chain)
+    value, grad = g(x)
+    from gradir.api import _prepare, _grad_graph
+
+    graph = _grad_graph(chain, _prepare(chain, (x,)), 0, "grad")[0]
+    assert len(graph.nodes) > INTERPRET_NODES
+    ref_value, ref_grad = run(graph, [x])  # the NumPy interpreter, node by node
+    np.testing.assert_array_equal(value, ref_value)
+    np.testing.assert_array_equal(grad, ref_grad)

@@ -228,7 +228,7 @@ def _mask_write(x, index, value):
 
 _BINARY = {"add_": add, "sub_": subtract, "mul_": multiply, "div_": divide,
            "+=": add, "-=": subtract, "*=": multiply, "/=": divide}
-_SLOTS = ("op", "inputs", "attrs", "shape", "dtype", "source", "scope", "graph", "uid")
+_SLOTS = ("op", "inputs", "attrs", "shape", "dtype", "source", "scope", "graph_ref", "uid")
 
 
 def inplace(x: Value, name: str, y, alpha=1) -> Value:
