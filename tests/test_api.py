@@ -240,7 +240,7 @@ def test_big_cached_graphs_are_compiled_once_and_agree_with_the_interpreter():
     x = np.linspace(-1, 1, 6)
     g = gr.value_and_grad(chain)
     value, grad = g(x)
-    from gradir.api import _prepare, _grad_graph
+    from gradir.api import _grad_graph, _prepare
 
     graph = _grad_graph(chain, _prepare(chain, (x,)), 0, "grad")[0]
     assert len(graph.nodes) > INTERPRET_NODES
