@@ -462,11 +462,14 @@ def parse_page(path) -> Page:
     return page
 
 
-def assert_self_contained(page: Page, raw: str):
+def assert_self_contained(page: Page, raw: str, folder=None):
+    """Nothing is fetched: no scripts, frames, images or styles from elsewhere; links go to anchors
+    in the page or (with `folder`) to files written beside it, opened only when clicked."""
     assert page.tags["script"] == 0 and page.tags["link"] == 0 and page.tags["iframe"] == 0 and page.tags["img"] == 0
     for tag, k, v in page.attrs:
         if k in ("href", "src", "xlink:href", "action", "data"):
-            assert v.startswith("#"), (tag, k, v)
+            beside = folder is not None and tag == "a" and k == "href" and "/" not in v and (folder / v).is_file()
+            assert v.startswith("#") or beside, (tag, k, v)
     without_ns = re.sub(r'xmlns(:\w+)?="[^"]*"', "", raw)
     assert not re.search(r"(https?:|ftp:)?//[\w.-]+\.\w", without_ns), re.search(r"\S*//\S*", without_ns)
     assert "@import" not in raw and not re.search(r"url\((?!#)", raw)
@@ -479,7 +482,10 @@ def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_p
     keys = {"forward.dot", "forward.svg", "backward.dot", "backward.svg", "joint.dot", "joint.svg", "memory.svg", "html",
             "forward.kernels.dot", "forward.kernels.svg", "backward.kernels.dot", "backward.kernels.svg"}
     assert set(written) == keys and written.notes == [] and written.diagrams_drawn
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"blocks.{k}" if k != "html" else "blocks.html" for k in keys)
+    names = sorted(f"blocks.{k}" if k != "html" else "blocks.html" for k in keys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "blocks.manifest.json"])
+    manifest = json.loads(written.manifest.read_text())
+    assert manifest["status"] == "complete" and sorted(manifest["files"]) == names
     for k, p in written.items():
         assert p.exists() and p.stat().st_size > 0
         if k.endswith(".svg"):
@@ -513,15 +519,29 @@ def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_p
 
 
 @needs_dot
-def test_write_report_of_a_large_graph_writes_overview_and_groups(tmp_path):
+def test_write_report_of_a_large_graph_writes_overview_and_packed_regions(tmp_path):
+    """41 groups (40 layers and the loss line) are packed into MAX_REGIONS region diagrams of
+    consecutive layers; every forward value is drawn as its own node in exactly one of them, except
+    constants several layers read, which are drawn beside each reader instead."""
     gt = gr.trace_grad(big_model, *blocks_args(n=40, seed=1), argnums=1)
     written = viz.write_report(gt, tmp_path, "big")
-    assert viz.is_large(gt.forward)
-    groups = set(overview_groups(gt.forward).values()) - {"inputs"}
-    assert {k for k in written if k.startswith("forward.") and k.endswith(".svg")} == \
-        {"forward.svg"} | {f"forward.{g.replace(' ', '_').replace(':', '_')}.svg" for g in groups}
+    fwd = gt.forward
+    assert viz.is_large(fwd)
+    group = overview_groups(fwd)
+    users = fwd.users()
+    shared = {v for v in fwd.nodes if v.op == "const" and len({group[u] for u in users[v]}) > 1}
+    region_keys = sorted(k for k in written if k.startswith("forward.") and k.endswith(".svg") and k != "forward.svg")
+    assert len(region_keys) == viz.regions.MAX_REGIONS < len(set(group.values()) - {"inputs"}) == 41
+    owned = Counter()
+    for k in region_keys:
+        titles = [title(n) for n in groups_of(written[k].read_text(), "node")]
+        owned.update(t for t in titles if t.startswith("v"))
+    expected = {f"v{fwd.number(v)}" for v in fwd.nodes if v not in shared}
+    assert set(owned) == expected and set(owned.values()) == {1}
+    raw = written["html"].read_text()
     page = parse_page(written["html"])
-    assert_self_contained(page, written["html"].read_text())
+    assert_self_contained(page, raw, tmp_path)
+    assert all(f'id="fig-{k.removesuffix(".svg")}"' in raw for k in region_keys)
 
 
 @pytest.mark.parametrize("how", ["env", "path"])

@@ -5,8 +5,7 @@
   line and source line. With a `schedule`, each node shows its step and initial dependency count.
 - `joint_diagram(grad_trace)`: forward and backward programs side by side; each saved tensor is one
   highlighted edge from the forward value to the backward input that receives it.
-- `overview_diagram(graph)` / `scope_diagrams(graph)`: for large graphs, one node per top-level
-  scope (or per source line outside scopes) with edges between them, and one detailed diagram each.
+- large graphs (gradir.viz.regions): an overview by scope, regions, run-length collapsed boxes.
 - `value_diagram(fn, *args)`: micrograd's draw_dot for scalar programs: every value with its data
   and its gradient (the cotangent of the output with respect to it).
 
@@ -16,11 +15,9 @@ Diagrams are `graphviz.Digraph` objects (their `.source` is the dot text); `rend
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,8 +29,7 @@ from gradir.ir import Graph, Value
 from gradir.passes.partition import RECOMPUTE
 from gradir.passes.report import human_bytes, value_name
 
-LARGE_GRAPH = 150  # values above which a diagram collapses to an overview plus per-scope diagrams
-DOT_TIMEOUT_S = 60
+DOT_TIMEOUT_S = 30  # per diagram (GRADIR_DOT_TIMEOUT overrides); on timeout the report draws a smaller one
 INSTALL_HINT = ("install Graphviz to draw diagrams: `apt-get install graphviz` "
                 "(or `brew install graphviz`, `conda install graphviz`)")
 
@@ -76,18 +72,29 @@ class Rendered:
 
     svg: str | None
     error: str = ""
+    timed_out: bool = False
 
 
-def render_svg(diagram: graphviz.Digraph, timeout: float = DOT_TIMEOUT_S) -> Rendered:
-    """Run `dot -Tsvg` on the diagram's source. Never raises: a missing program, a timeout or a dot
-    error come back as `Rendered(None, reason)`."""
+def dot_timeout() -> float:
+    """Seconds `dot` may take on one diagram: GRADIR_DOT_TIMEOUT, else DOT_TIMEOUT_S."""
+    try:
+        return float(os.environ.get("GRADIR_DOT_TIMEOUT", DOT_TIMEOUT_S))
+    except ValueError:
+        return DOT_TIMEOUT_S
+
+
+def render_svg(diagram: graphviz.Digraph, timeout: float | None = None) -> Rendered:
+    """Run `dot -Tsvg` on the diagram's source, for at most `timeout` seconds (default
+    `dot_timeout()`). Never raises: a missing program, a timeout or a dot error come back as
+    `Rendered(None, reason)` (`timed_out` set for a timeout)."""
+    timeout = dot_timeout() if timeout is None else timeout
     if not dot_available():
         return Rendered(None, f"the `dot` program was not found; {INSTALL_HINT}")
     try:
         done = subprocess.run([shutil.which("dot") or "dot", "-Tsvg"], input=diagram.source.encode(),
                               capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return Rendered(None, f"`dot` took longer than {timeout:.0f} s on this diagram")
+        return Rendered(None, f"`dot` took longer than {timeout:g} s", timed_out=True)
     except OSError as e:
         return Rendered(None, f"`dot` could not run: {e}")
     if done.returncode != 0:
@@ -162,6 +169,21 @@ def _scope_path(v: Value) -> tuple[str, ...]:
     return tuple(s for s in v.scope if s != RECOMPUTE)
 
 
+def home_path(v: Value, users: dict[Value, list[Value]]) -> tuple[str, ...]:
+    """The scope path a value is drawn in: its own, but a constant's is the longest common prefix of
+    its readers' (CSE shares one constant among many scopes: it is none of them's own)."""
+    if v.op != "const" or not users.get(v):
+        return _scope_path(v)
+    paths = [_scope_path(u) for u in users[v]]
+    common = paths[0]
+    for p in paths[1:]:
+        k = 0
+        while k < min(len(common), len(p)) and common[k] == p[k]:
+            k += 1
+        common = common[:k]
+    return common
+
+
 def _new_digraph(name: str, title: str | None, rankdir: str = "TB") -> graphviz.Digraph:
     dg = graphviz.Digraph(name=name)
     dg.attr(rankdir=rankdir, fontname=FONT, labelloc="t", fontsize="16", newrank="true")
@@ -203,6 +225,7 @@ def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, s
     if schedule is not None:
         step = {s.node: s.index for s in schedule.steps}
         deps = dict(schedule.initial_counts)
+    users = graph.users()
     kinds: set[str] = set()
     items = []
     for v in graph.all_values():
@@ -216,7 +239,7 @@ def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, s
         attrs = dict(STYLES[kind], label=node_label(v, graph, extra), tooltip=tooltip(v, lines[v]))
         if kind in ("output", "saved") and is_recomputed(v):
             attrs["style"] += ",dashed"
-        items.append((_scope_path(v), lambda g, v=v, attrs=attrs: g.node(ids[v], **attrs)))
+        items.append((home_path(v, users), lambda g, v=v, attrs=attrs: g.node(ids[v], **attrs)))
     _emit_clustered(dg, items, prefix)
     for n in graph.nodes:
         for pos, i in enumerate(n.inputs):
@@ -296,13 +319,16 @@ def kernel_diagram(program, *, title: str | None = None, legend: bool = True) ->
 
 
 def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, schedule: bool = True,
-                  collapse: bool | None = None) -> graphviz.Digraph:
+                  collapse: bool | None = None, max_boxes: int | None = None) -> graphviz.Digraph:
     """Forward and backward programs as two clusters; each saved tensor (a partition residual) is a
     highlighted edge (SVG id `saved<i>`, labelled with its size) from the forward value that is kept
     to the backward input receiving it. Backward nodes show their schedule step and dependency count.
     `collapse` (default: when the two programs hold more than LARGE_GRAPH values) draws each side
     as its overview (groups); the saved tensors going from one forward group to the backward group
-    that first reads them are then one edge (SVG id `savedgroup<j>`, labelled "k saved · bytes")."""
+    that first reads them are then one edge (SVG id `savedgroup<j>`, labelled "k saved · bytes"),
+    and each side has at most `max_boxes` groups (consecutive groups merge beyond)."""
+    from gradir.viz.regions import LARGE_GRAPH, MAX_BOXES, _add_overview, is_large, reader_group
+
     part = grad_trace.partition
     fwd, bwd = part.forward, part.backward
     k = fwd.num_forward_outputs or 0
@@ -319,7 +345,7 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
         c.attr(label=f"forward ({len(fwd.nodes)} nodes)", style="rounded", color="#1d4ed8", fontname=FONT,
                fontsize="14")
         if collapse:
-            fids = _add_overview(c, fwd, "fg", edge_labels=False)
+            fids = _add_overview(c, fwd, "fg", edge_labels=False, max_boxes=max_boxes or MAX_BOXES)
         else:
             fids, kf = _add_graph(c, fwd, "f", saved=set(kept) - set(fwd.outputs[:k]),
                                   output_role=lambda i: f"output {i}" if i < k else f"saved #{i - k}")
@@ -328,7 +354,8 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
         c.attr(label=f"backward ({len(bwd.nodes)} nodes, {grad_trace.schedule.policy} schedule)", style="rounded",
                color="#b91c1c", fontname=FONT, fontsize="14")
         if collapse:
-            bids = _add_overview(c, bwd, "bg", _reader_group(bwd, nres), upward=True, edge_labels=False)
+            bids = _add_overview(c, bwd, "bg", reader_group(bwd, nres), upward=True, edge_labels=False,
+                                 max_boxes=max_boxes or MAX_BOXES)
         else:
             bids, kb = _add_graph(c, bwd, "b", grad_trace.schedule if schedule else None,
                                   output_role=lambda i: f"gradient {i}")
@@ -347,7 +374,7 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
         for i, (fv, bv) in enumerate(pairs):
             bundles.setdefault((fids[fv], bids[bv]), []).append(i)
         for j, ((a, b), members) in enumerate(bundles.items()):
-            names = ", ".join(value_name(pairs[i][0], fwd) for i in members)
+            names = ", ".join(value_name(pairs[i][0], fwd) for i in members[:50]) + (" ..." if len(members) > 50 else "")
             inputs_only = all(kinds_of[i] == "input" for i in members)
             dg.edge(a, b, id=f"{SAVED_BUNDLE_ID}{j}", tooltip=f"saved: {names}",
                     label=f"{len(members)} saved · {human_bytes(sum(nbytes[i] for i in members))}",
@@ -355,150 +382,6 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
     if legend and not collapse:
         _legend(dg, kinds, schedule)
     return dg
-
-
-def _reader_group(bwd: Graph, nres: int) -> Callable[[Value], str]:
-    """Overview groups of a backward program in which each saved input joins its first reader's group."""
-    users = bwd.users()
-    saved = set(bwd.inputs[:nres])
-
-    def group(v: Value) -> str:
-        if v in saved and users[v]:
-            return group_of(users[v][0])
-        return group_of(v)
-    return group
-
-
-# -- large graphs: overview and per-scope diagrams ---------------------------------------------------
-
-INPUTS_GROUP = "inputs"
-
-
-def group_of(v: Value) -> str:
-    """The overview group of a value: its top-level scope, else its source line; inputs together."""
-    if v.op == "input":
-        return INPUTS_GROUP
-    path = _scope_path(v)
-    if path:
-        return path[0]
-    return f"line {v.source}" if v.source else "(no source line)"
-
-
-def group_map(graph: Graph, key: Callable[[Value], str] = group_of) -> dict[Value, str]:
-    """Each value's overview group (by `key`); a group above LARGE_GRAPH values (one long source
-    line, say) is cut into consecutive parts named "<group> (i/n)". The inputs stay one group."""
-    by: dict[str, list[Value]] = {}
-    for v in graph.all_values():
-        by.setdefault(key(v), []).append(v)
-    out: dict[Value, str] = {}
-    for g, vs in by.items():
-        parts = 1 if g == INPUTS_GROUP else math.ceil(len(vs) / LARGE_GRAPH)
-        size = math.ceil(len(vs) / parts)
-        for j, v in enumerate(vs):
-            out[v] = g if parts == 1 else f"{g} ({j // size + 1}/{parts})"
-    return out
-
-
-def groups(graph: Graph, key: Callable[[Value], str] = group_of) -> dict[str, list[Value]]:
-    """Values by overview group (see `group_map`), groups in order of first appearance."""
-    out: dict[str, list[Value]] = {}
-    for v, g in group_map(graph, key).items():
-        out.setdefault(g, []).append(v)
-    return out
-
-
-def is_large(graph: Graph) -> bool:
-    return len(graph.inputs) + len(graph.nodes) > LARGE_GRAPH
-
-
-def _histogram(values: list[Value], top: int = 4) -> str:
-    counts = Counter(v.op for v in values).most_common()
-    text = ", ".join(f"{op}×{c}" for op, c in counts[:top])
-    return text + (f", +{len(counts) - top} ops" if len(counts) > top else "")
-
-
-def _add_overview(dg: graphviz.Digraph, graph: Graph, prefix: str, group_fn: Callable[[Value], str] = group_of,
-                  upward: bool = False, edge_labels: bool = True) -> dict[Value, str]:
-    """Draw one node per group of `graph` and one edge per pair of groups values flow between
-    (`upward`: ranked bottom to top, as a backward program beside its forward one). Returns each
-    value's group node id."""
-    grp = groups(graph, group_fn)
-    ids = {g: f"{prefix}{i}" for i, g in enumerate(grp)}
-    of = {v: g for g, vs in grp.items() for v in vs}
-    outputs = set(graph.outputs)
-    for g, vs in grp.items():
-        recomputed = sum(1 for v in vs if is_recomputed(v))
-        has_out = any(v in outputs for v in vs)
-        kind = "input" if g == INPUTS_GROUP else "output" if has_out else "recompute" if recomputed else "op"
-        rows = [g, f"{len(vs)} {'inputs' if g == INPUTS_GROUP else 'values'}", _histogram(vs)]
-        if recomputed:
-            rows.append(f"{recomputed} recomputed")
-        full = ", ".join(f"{op}×{c}" for op, c in Counter(v.op for v in vs).most_common())
-        sources = ", ".join(dict.fromkeys(v.source for v in vs if v.source))
-        dg.node(ids[g], **dict(STYLES[kind], label="{" + "|".join(_esc(r) for r in rows) + "}",
-                               tooltip=f"{g}: {full}\nsource: {sources or '-'}"))
-    flows: dict[tuple[str, str], set[Value]] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            if of[i] != of[n] and i.op != "const":  # a constant shared by every group would tie them all
-                flows.setdefault((of[i], of[n]), set()).add(i)
-    for (a, b), vals in flows.items():
-        text = f"{len(vals)} · {human_bytes(sum(v.nbytes for v in vals))}"
-        attrs = dict(tooltip=f"{a} -> {b}: {text}: " + ", ".join(value_name(v, graph) for v in vals))
-        if edge_labels:
-            attrs["label"] = text
-        if upward:  # drawn b <- a, so that b ranks above a
-            dg.edge(ids[b], ids[a], dir="back", **attrs)
-        else:
-            dg.edge(ids[a], ids[b], **attrs)
-    return {v: ids[g] for v, g in of.items()}
-
-
-def overview_diagram(graph: Graph, *, title: str | None = None) -> graphviz.Digraph:
-    """One node per group (top-level scope, source line outside scopes, or the graph inputs) with
-    its value count and op histogram; one edge per pair of groups values flow between, labelled
-    with how many values cross and their bytes (constants are counted in their group but draw no
-    edges: CSE shares one constant among many groups)."""
-    dg = _new_digraph(f"{graph.name}_overview", title or f"graph {graph.name} (overview): {len(graph.nodes)} nodes in "
-                                                         f"{len(groups(graph))} groups")
-    _add_overview(dg, graph, "g")
-    return dg
-
-
-def scope_diagrams(graph: Graph, *, schedule=None) -> dict[str, graphviz.Digraph]:
-    """One detailed diagram per overview group: its values, plus the values it reads from other
-    groups drawn as small grey ellipses (node ids `ext<k>`)."""
-    out = {}
-    lines = ir_lines(graph)
-    where = group_map(graph)
-    for g, vs in groups(graph).items():
-        if g == INPUTS_GROUP:
-            continue
-        members = set(vs)
-        dg = _new_digraph(f"{graph.name}_{g}", f"{graph.name}: {g} ({len(vs)} nodes)")
-        ext = {i: None for v in vs for i in v.inputs if i not in members}
-        for e in ext:
-            dg.node(f"ext{graph.number(e)}", label=f"{value_name(e, graph)} ({where[e]})\n{e.type_str}",
-                    shape="ellipse", style="dashed", color="#9ca3af", fontcolor="#4b5563",
-                    tooltip=tooltip(e, lines[e]))
-        step = {s.node: s.index for s in schedule.steps} if schedule is not None else {}
-        outputs = set(graph.outputs)
-        kinds: set[str] = set()
-        items = []
-        for v in vs:
-            kind = kind_of(v, outputs)
-            kinds.add(kind)
-            extra = [f"step {step[v]} · deps {schedule.initial_counts.get(v, 0)}"] if v in step else []
-            attrs = dict(STYLES[kind], label=node_label(v, graph, extra), tooltip=tooltip(v, lines[v]))
-            items.append((_scope_path(v)[1:], lambda c, v=v, attrs=attrs: c.node(f"v{graph.number(v)}", **attrs)))
-        _emit_clustered(dg, items, "s")
-        for v in vs:
-            for i in v.inputs:
-                src = f"v{graph.number(i)}" if i in members else f"ext{graph.number(i)}"
-                dg.edge(src, f"v{graph.number(v)}")
-        _legend(dg, kinds, schedule is not None)
-        out[g] = dg
-    return out
 
 
 # -- scalar programs: data and grad per value (micrograd's draw_dot) ----------------------------------

@@ -12,7 +12,7 @@ import io
 import graphviz
 from rich.console import Console
 
-from gradir.viz import graphs, report
+from gradir.viz import graphs, regions, report
 
 
 def diagram_of(obj) -> graphviz.Digraph:
@@ -22,7 +22,7 @@ def diagram_of(obj) -> graphviz.Digraph:
         return obj
     if hasattr(obj, "partition") and hasattr(obj, "saved"):
         return graphs.joint_diagram(obj)
-    return graphs.overview_diagram(obj) if graphs.is_large(obj) else graphs.graph_diagram(obj)
+    return regions.overview_diagram(obj) if regions.is_large(obj) else graphs.graph_diagram(obj)
 
 
 def svg_of(obj) -> str | None:
@@ -52,12 +52,9 @@ def html_of(obj) -> str:
 def _trace_html(gt) -> str:
     from gradir.viz import plots
 
-    figures = []
-    for key, caption, dg in report._diagrams(gt):
-        rendered = graphs.render_svg(dg)
-        body = (report.inline_svg(rendered.svg, f"t{id(gt):x}-{key}-") if rendered.svg
-                else f"<p>{html.escape(rendered.error)}</p>")
-        figures.append((key, caption, body))
+    drawn = report.draw_all(report._diagrams(gt))
+    inline = report._inlined(drawn)
+    figures = [report.figure_html(d, k in inline) for k, d in enumerate(drawn)]
     plans = report.memory_plans(gt)
     plot = plots.memory_timeline_bytes(plans, "svg").decode()
     return f"<div><style>{report.CSS.replace('body ', '.gradir-report ')}</style><div class=\"gradir-report\">" \

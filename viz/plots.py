@@ -5,14 +5,18 @@ on top the live bytes at each step of the plan's timeline (the backward phase sh
 marked, the peak marked and labelled); below, the saved tensors as spans, i.e. the buffers the
 forward phase allocates that stay alive into the backward phase, from the step that makes each
 one to the last step that reads it. The columns share their y axis so plans compare at a glance.
+Timelines longer than MAX_POINTS steps are drawn as their maximum per bin of steps, so the file
+stays small at any length and the peak is kept; labels stay inside the axes and apart.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MultipleLocator
@@ -23,6 +27,8 @@ from gradir.passes.report import human_bytes
 
 FORMATS = ("svg", "png", "pdf")
 MAX_SPANS = 40  # saved-tensor rows drawn per plan; the rest are summarised in the panel title
+MAX_POINTS = 600  # steps drawn per plan; longer timelines are drawn as their per-bin maximum
+HEADROOM = 1.4  # y axis top over the highest peak: room for the peak label below the phase labels
 FORWARD, BACKWARD = "forward", "backward"
 
 
@@ -49,6 +55,21 @@ def _bytes_axis(ax, top: int):
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: human_bytes(int(y)) if y >= 0 else ""))
 
 
+def envelope(live: list[int], limit: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, live bytes) to draw: every step up to `limit` steps, else the maximum over `limit`
+    equal bins of consecutive steps (the peak survives; the SVG stays small at any length)."""
+    y = np.asarray(live, dtype=np.float64)
+    n = len(y)
+    if n <= limit:
+        return np.arange(n, dtype=np.float64), y
+    width = math.ceil(n / limit)
+    bins = math.ceil(n / width)
+    padded = np.full(bins * width, -np.inf)
+    padded[:n] = y
+    xs = np.arange(bins) * width + (width - 1) / 2
+    return np.minimum(xs, n - 1), padded.reshape(bins, width).max(axis=1)
+
+
 def _span_label(b) -> str:
     # the timeline graph numbers values differently from the forward graph: name by op and place
     v = b.value
@@ -56,23 +77,27 @@ def _span_label(b) -> str:
     return f"{v.op} {where} {human_bytes(b.nbytes)}".replace("  ", " ")
 
 
-def _draw(ax_live, ax_spans, name: str, plan):
+def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0):
     steps = list(range(len(plan.live_bytes)))
     start = backward_start(plan)
     if start is not None:
         for ax in (ax_live, ax_spans):
             ax.axvspan(start - 0.5, len(steps) - 0.5, color="#fee2e2", alpha=0.6, lw=0)
             ax.axvline(start - 0.5, color="#b91c1c", lw=1, ls="--")
-        ax_live.text(start - 0.5, 1.0, " backward", transform=ax_live.get_xaxis_transform(), color="#b91c1c",
-                     va="top", ha="left", fontsize=8)
-        ax_live.text(start - 0.5, 1.0, "forward ", transform=ax_live.get_xaxis_transform(), color="#1d4ed8",
-                     va="top", ha="right", fontsize=8)
-    ax_live.step(steps, plan.live_bytes, where="mid", color="#1f2937", lw=1.5)
-    ax_live.fill_between(steps, plan.live_bytes, step="mid", color="#93c5fd", alpha=0.5)
+        # in the top corners, each phase's own side: they cannot meet however narrow a phase is
+        ax_live.text(0.01, 0.98, "forward", transform=ax_live.transAxes, color="#1d4ed8", va="top", ha="left",
+                     fontsize=8, gid=f"phase-forward{panel}")
+        ax_live.text(0.99, 0.98, "backward (shaded)", transform=ax_live.transAxes, color="#b91c1c", va="top",
+                     ha="right", fontsize=8, gid=f"phase-backward{panel}")
+    xs, ys = envelope(plan.live_bytes)
+    ax_live.step(xs, ys, where="mid", color="#1f2937", lw=1.5)
+    ax_live.fill_between(xs, ys, step="mid", color="#93c5fd", alpha=0.5)
     if steps:
         ax_live.plot([plan.peak_step], [plan.peak_bytes], "v", color="#dc2626", ms=8, zorder=5)
-        ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} (step {plan.peak_step})", (plan.peak_step, plan.peak_bytes),
-                         xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8, color="#dc2626")
+        at = plan.peak_step / max(len(steps) - 1, 1)  # near an edge, the label extends inwards only
+        ha, dx = ("left", -4) if at < 0.25 else ("right", 4) if at > 0.75 else ("center", 0)
+        ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} (step {plan.peak_step:,})", (plan.peak_step, plan.peak_bytes),
+                         xytext=(dx, 8), textcoords="offset points", ha=ha, fontsize=8, color="#dc2626", gid=f"peak{panel}")
     ax_live.set_title(f"{name}: peak {human_bytes(plan.peak_bytes)}, lower bound {human_bytes(plan.lower_bound_bytes)}",
                       fontsize=9)
     ax_live.set_ylabel("live bytes")
@@ -94,29 +119,38 @@ def _draw(ax_live, ax_spans, name: str, plan):
     ax_spans.set_xlim(-0.5, max(len(steps), 1) - 0.5)
 
 
-def memory_timeline_bytes(plans: dict, fmt: str = "svg", title: str | None = None) -> bytes:
-    """The plot of `memory_timeline`, as bytes in format `fmt` (svg, png or pdf)."""
-    if fmt not in FORMATS:
-        raise GradirError(f"unknown plot format {fmt!r} (have: {', '.join(FORMATS)})", op="memory_timeline")
+RC = {"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}
+
+
+def memory_timeline_figure(plans: dict, title: str | None = None) -> Figure:
+    """The matplotlib Figure `memory_timeline` saves (call it under `rc_context(RC)`)."""
     if not plans:
         raise GradirError("memory_timeline needs at least one memory plan", op="memory_timeline")
     n = len(plans)
     rows = max(max(len(saved_spans(p)) for p in plans.values()), 1)
     span_height = 0.6 + 0.13 * min(rows, MAX_SPANS)
-    with rc_context({"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}):
-        fig = Figure(figsize=(max(5.0, 4.6 * n), 3.0 + span_height), layout="constrained")
-        grid = fig.add_gridspec(2, n, height_ratios=[3.0, span_height])
-        first = None
-        for k, (name, plan) in enumerate(plans.items()):
-            ax_live = fig.add_subplot(grid[0, k], sharey=first)
-            ax_spans = fig.add_subplot(grid[1, k], sharex=ax_live)
-            first = first or ax_live
-            _draw(ax_live, ax_spans, name, plan)
-        top = max(1, *(p.peak_bytes for p in plans.values()))
-        first.set_ylim(0, top * 1.25)
-        _bytes_axis(first, top)
-        if title:
-            fig.suptitle(title, fontsize=10)
+    fig = Figure(figsize=(max(5.0, 4.6 * n), 3.0 + span_height), layout="constrained")
+    grid = fig.add_gridspec(2, n, height_ratios=[3.0, span_height])
+    first = None
+    for k, (name, plan) in enumerate(plans.items()):
+        ax_live = fig.add_subplot(grid[0, k], sharey=first)
+        ax_spans = fig.add_subplot(grid[1, k], sharex=ax_live)
+        first = first or ax_live
+        _draw(ax_live, ax_spans, name, plan, k)
+    top = max(1, *(p.peak_bytes for p in plans.values()))
+    first.set_ylim(0, top * HEADROOM)
+    _bytes_axis(first, top)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def memory_timeline_bytes(plans: dict, fmt: str = "svg", title: str | None = None) -> bytes:
+    """The plot of `memory_timeline`, as bytes in format `fmt` (svg, png or pdf)."""
+    if fmt not in FORMATS:
+        raise GradirError(f"unknown plot format {fmt!r} (have: {', '.join(FORMATS)})", op="memory_timeline")
+    with rc_context(RC):
+        fig = memory_timeline_figure(plans, title)
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None, dpi=110)
     return buf.getvalue()
@@ -149,7 +183,7 @@ def tradeoff_curve(rows, path: str | os.PathLike, title: str | None = None) -> P
             names = points.setdefault((r.peak_bytes, r.recompute_flops), [])
             if r.policy not in names:
                 names.append(r.policy)
-    with rc_context({"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}):
+    with rc_context(RC):
         fig = Figure(figsize=(6.5, 4.0), layout="constrained")
         ax = fig.add_subplot()
         if optimal:

@@ -1,18 +1,26 @@
-"""One self-contained HTML report per run, and the diagram and plot files beside it.
+"""One HTML report per run, and the diagram and plot files beside it, bounded at any graph size.
 
 `write_report(grad_trace, "out", "loss")` writes, each file atomically:
 
-    loss.forward.dot / .svg    the forward program (large graphs: an overview, plus
-                               loss.forward.<group>.dot/.svg per scope or source line)
-    loss.backward.dot / .svg   the backward program, with schedule steps and dependency counts
+    loss.forward.dot / .svg    the forward program node by node; over LARGE_GRAPH values, an
+                               overview by scope or source line instead, plus one
+                               loss.forward.<region>.dot/.svg per region (at most MAX_REGIONS;
+                               regions over REGION_DETAIL values run-length collapsed)
+    loss.forward.kernels.*     (programs drawn node by node) the fused kernels the LLVM backend runs
+    loss.backward.*            the same for the backward program, with schedule steps
     loss.joint.dot / .svg      both, with the saved tensors as the edges between them
     loss.memory.svg            live bytes per step: engine vs memory policy (and no remat vs the
                                trace's recompute plan, if it has one)
-    loss.html                  all of it inline (SVG, no scripts, no network), with the IR text and
-                               the schedule, saved-tensor, memory and recompute tables
+    loss.forward.ir, ...       (programs over IR_LINES lines) the whole IR text
+    loss.html                  the report: diagrams inline (no scripts, no network) up to
+                               INLINE_BYTES of SVG, further region diagrams linked; the IR and the
+                               schedule, saved-tensor, memory and recompute tables, long ones shown
+                               by their first and last rows with a line saying what is left out
+    loss.manifest.json         the files this run wrote (gradir.outfolder: a rerun replaces them)
 
-Without the `dot` program the `.dot` sources and the HTML are still written; the HTML says how to
-install Graphviz where the diagrams would be, and the returned mapping's `notes` say so too.
+A diagram `dot` cannot draw within `graphs.dot_timeout()` seconds is replaced by a smaller,
+collapsed one; the report's notes and the figure's caption say which and why. Without the `dot`
+program the `.dot` sources and the HTML are still written; the HTML says how to install Graphviz.
 """
 
 from __future__ import annotations
@@ -27,11 +35,16 @@ from pathlib import Path
 
 import graphviz
 
-from gradir.fileio import write_atomic
+from gradir.outfolder import OutputFolder
 from gradir.passes.report import human_bytes
-from gradir.viz import graphs, plots
+from gradir.viz import graphs, plots, regions
 
 Progress = Callable[[str, int, int], None]  # (what is being done, steps done, steps in all)
+
+INLINE_BYTES = 2_000_000  # diagram SVG inlined in the HTML at most; further region diagrams are linked
+IR_LINES = 300            # IR lines shown per program; a longer program's text goes to NAME.<side>.ir
+TABLE_ROWS = 400          # rows shown per table: the first and last ones (and the memory peak's)
+SMALLER_BOXES = 30        # boxes in the collapsed diagram that replaces one `dot` could not draw
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 1.5rem; color: #111827; }
@@ -41,11 +54,12 @@ pre { background: #f9fafb; border: 1px solid #e5e7eb; padding: .6rem; overflow-x
 table { border-collapse: collapse; font-size: 12px; margin: .5rem 0 1rem; }
 th, td { border: 1px solid #e5e7eb; padding: 2px 6px; text-align: left; vertical-align: top; }
 th { background: #f3f4f6; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.peak td { font-weight: bold; background: #fef2f2; }
+tr.peak td { font-weight: bold; background: #fef2f2; } tr.gap td { color: #6b7280; font-style: italic; }
 figure { margin: 0 0 1.5rem; } figcaption { font-size: 12px; color: #4b5563; }
-.plot { overflow: auto; }
+.plot svg { max-width: 100%; height: auto; }
 .diagram { overflow: auto; max-height: 90vh; border: 1px solid #e5e7eb; padding: .3rem; }
-.diagram svg { max-width: none; height: auto; }
+.diagram svg { max-width: 100%; height: auto; }
+.zoom { margin-left: 1rem; } .zoom:checked ~ .diagram svg { max-width: none; }
 .note { background: #fffbeb; border: 1px solid #f59e0b; padding: .5rem .8rem; }
 .summary td:first-child { font-weight: bold; }
 """
@@ -53,12 +67,14 @@ figure { margin: 0 0 1.5rem; } figcaption { font-size: 12px; color: #4b5563; }
 
 class Written(dict):
     """What `write_report` wrote: {key: Path} (keys such as "forward.svg", "html"), plus `notes`
-    (messages for the user, e.g. why no SVG was drawn) and `diagrams_drawn`."""
+    (messages for the user: why a diagram was not drawn or was drawn collapsed), `diagrams_drawn`
+    and `manifest` (the run's manifest file)."""
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
         self.notes: list[str] = []
         self.diagrams_drawn = True
+        self.manifest: Path | None = None
 
 
 # -- HTML pieces -------------------------------------------------------------------------------------
@@ -78,21 +94,57 @@ def inline_svg(svg: str, prefix: str) -> str:
     return svg.strip()
 
 
-def html_table(columns: list[str], rows: list[list], numeric: set[str] = frozenset(), highlight: int | None = None,
-               caption: str | None = None) -> str:
-    """A plain HTML table (cells escaped; columns named in `numeric` right-aligned)."""
+def shown_rows(n: int, limit: int | None, keep=()) -> list[int | None]:
+    """The row indices a table of `n` rows shows with at most about `limit` rows (None: all), in
+    order: the first and last rows plus those in `keep`; None marks each run of rows left out."""
+    if limit is None or n <= limit:
+        return list(range(n))
+    head = (limit + 1) // 2
+    picked = sorted(set(range(head)) | set(range(n - (limit - head), n)) | {k for k in keep if 0 <= k < n})
+    out: list[int | None] = []
+    for k in picked:
+        if out and out[-1] is not None and k != out[-1] + 1:
+            out.append(None)
+        out.append(k)
+    return out
+
+
+class LazyRows:
+    """`n` table rows, each made by `make(k)` only if the table shows it."""
+
+    def __init__(self, n: int, make: Callable[[int], list]):
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> list:
+        return self.make(k)
+
+
+def html_table(columns: list[str], rows, numeric: set[str] = frozenset(), highlight: int | None = None,
+               caption: str | None = None, limit: int | None = None, keep=(), more: str = "") -> str:
+    """A plain HTML table of `rows` (a list, or LazyRows; cells escaped; columns named in `numeric`
+    right-aligned; row `highlight` in bold). With `limit`, the first and last rows (and those in `keep`) and a line per gap saying
+    how many rows are not shown and `more`."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     num, peak = ' class="num"', ' class="peak"'
     body = []
-    for k, row in enumerate(rows):
+    picked = shown_rows(len(rows), limit, keep)
+    for pos, k in enumerate(picked):
+        if k is None:
+            left_out = picked[pos + 1] - picked[pos - 1] - 1
+            body.append(f'<tr class="gap"><td colspan="{len(columns)}">… {left_out:,} rows not shown'
+                        f"{html.escape(more)}</td></tr>")
+            continue
         cells = "".join(f"<td{num if c in numeric else ''}>{html.escape('' if x is None else str(x))}</td>"
-                        for c, x in zip(columns, row))
+                        for c, x in zip(columns, rows[k]))
         body.append(f"<tr{peak if k == highlight else ''}>{cells}</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def schedule_table(schedule) -> str:
+def schedule_table(schedule, limit: int | None = TABLE_ROWS) -> str:
     d = schedule.to_dict()
     rows = [[s["step"], s["node"], s["op"], ", ".join(f"{x['node']}->{x['count']}" for x in s["decremented"]),
              ", ".join(s["queue"]) + (f", ... (+{s['queue_size'] - len(s['queue'])})" if s["queue_size"] > len(s["queue"])
@@ -100,27 +152,30 @@ def schedule_table(schedule) -> str:
              human_bytes(s["freed_bytes"]) if s["freed_bytes"] else "", s["source"] or ""] for s in d["steps"]]
     cap = f"{d['graph']}: {d['policy']} policy, {d['num_steps']} steps" + (f" ({d['note']})" if d["note"] else "")
     return html_table(["step", "runs", "op", "counts decremented", "ready queue after", "frees", "source"], rows,
-                      {"step", "frees"}, caption=cap)
+                      {"step", "frees"}, caption=cap, limit=limit, more=" (gradir schedule FILE lists every step)")
 
 
-def saved_table(saved) -> str:
-    d = saved.to_dict()
-    rows = []
-    for e in d["entries"]:
+def saved_table(saved, limit: int | None = TABLE_ROWS) -> str:
+    entries = saved.entries
+
+    def row(k: int) -> list:
+        if k == len(entries):
+            return ["total", "", "", human_bytes(saved.total_bytes), human_bytes(saved.bytes), "", "", "", ""]
+        e = entries[k].to_dict()
         kind = f"view of {e['view_of']}" if e["kind"] == "view" else e["kind"]
         shape = ",".join(map(str, e["shape"]))
         producer = e["producer"]["op"] + (f" ({e['producer']['source']})" if e["producer"].get("source") else "")
         needed = "; ".join(n["text"] for n in e["needed_by"]) or "read by backward directly"
         readers = ", ".join(f"{r['value']} {r['op']}" for r in e["readers"]) or "(returned)"
-        rows.append([e["name"], f"{e['dtype']}[{shape}]", kind, human_bytes(e["bytes"]), human_bytes(e["new_bytes"]),
-                     producer, needed, readers, "-" if e["last_use"] is None else e["last_use"]])
-    rows.append(["total", "", "", human_bytes(d["total_bytes"]), human_bytes(d["bytes"]), "", "", "", ""])
+        return [e["name"], f"{e['dtype']}[{shape}]", kind, human_bytes(e["bytes"]), human_bytes(e["new_bytes"]),
+                producer, needed, readers, "-" if e["last_use"] is None else e["last_use"]]
     return html_table(["value", "type", "kind", "bytes", "new", "producer", "needed by", "backward readers", "last use"],
-                      rows, {"bytes", "new", "last use"},
-                      caption=f"{d['count']} saved values, {human_bytes(d['bytes'])} new memory")
+                      LazyRows(len(entries) + 1, row), {"bytes", "new", "last use"}, limit=limit,
+                      more=" (saved.to_dict() lists them all)",
+                      caption=f"{saved.count} saved values, {human_bytes(saved.bytes)} new memory")
 
 
-def memory_tables(plans: dict) -> str:
+def memory_tables(plans: dict, limit: int | None = TABLE_ROWS) -> str:
     summary = [[name, human_bytes(p.peak_bytes), p.peak_step, human_bytes(p.lower_bound_bytes),
                 human_bytes(p.arena_bytes), f"{p.fragmentation:.1%}", len(p.order)] for name, p in plans.items()]
     out = [html_table(["plan", "peak", "peak step", "lower bound", "arena", "fragmentation", "steps"], summary,
@@ -128,8 +183,10 @@ def memory_tables(plans: dict) -> str:
     name, plan = next(iter(plans.items()))
     d = plan.to_dict()
     rows = [[s["step"], s["phase"], s["node"], s["op"], human_bytes(s["live_bytes"])] for s in d["steps"]]
+    around = range(plan.peak_step - 10, plan.peak_step + 11)
     out.append(html_table(["step", "phase", "runs", "op", "live"], rows, {"step", "live"}, highlight=plan.peak_step,
-                          caption=f"timeline of {d['graph']} ({name}); peak row in bold"))
+                          caption=f"timeline of {d['graph']} ({name}); peak row in bold", limit=limit, keep=around,
+                          more=" (gradir memory FILE lists every step)"))
     return "\n".join(out)
 
 
@@ -146,6 +203,19 @@ def remat_table(remat) -> str:
 
 def _pre(text: str) -> str:
     return f"<pre>{html.escape(text)}</pre>"
+
+
+def ir_html(graph, full_text: str | None = None, limit: int = IR_LINES) -> str:
+    """The program's IR in a <pre>; a longer one by its first and last lines, saying where the rest
+    is (`full_text`: the HTML naming the file that holds it)."""
+    text = graph.to_text()
+    lines = text.splitlines()
+    if len(lines) <= limit:
+        return _pre(text)
+    head, tail = lines[:limit * 2 // 3], lines[-(limit // 3):]
+    where = full_text or f"<code>print(j.{'backward' if 'backward' in graph.name else 'forward'})</code> prints it"
+    return (_pre("\n".join(head)) + f'<p class="note">… {len(lines) - len(head) - len(tail):,} lines not shown; '
+            f"the whole program: {where}.</p>" + _pre("\n".join(tail)))
 
 
 # -- memory plans to compare -------------------------------------------------------------------------
@@ -168,62 +238,178 @@ def memory_plans(grad_trace) -> dict:
     return plans
 
 
-# -- the report --------------------------------------------------------------------------------------
+# -- diagrams: what is drawn, and drawing it in bounded time -----------------------------------------
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "group"
 
 
-def _diagrams(grad_trace) -> list[tuple[str, str, graphviz.Digraph]]:
-    """(file key, caption, diagram) for everything drawn: per program a detailed diagram, or for
-    a large one its overview and one diagram per group."""
-    out = []
-    for side, graph, sched in (("forward", grad_trace.forward, None), ("backward", grad_trace.backward,
-                                                                       grad_trace.schedule)):
-        if graphs.is_large(graph):
-            out.append((side, f"{side} program (overview: {len(graph.nodes)} nodes by scope or source line)",
-                        graphs.overview_diagram(graph)))
-            for group, dg in graphs.scope_diagrams(graph, schedule=sched).items():
-                out.append((f"{side}.{_safe(group)}", f"{side}: {group}", dg))
-        else:
-            out.append((side, f"{side} program" + (" (schedule step · initial dependency count)" if sched else ""),
-                        graphs.graph_diagram(graph, schedule=sched, saved_from=None if sched else
-                                             graph.num_forward_outputs)))
-            program = grad_trace.kernels[side]
-            out.append((f"{side}.kernels", f"{side} program as the {len(program.kernels)} fused kernels the LLVM "
-                        "backend runs", graphs.kernel_diagram(program)))
-    out.append(("joint", f"forward and backward: {grad_trace.saved.count} saved tensors as the orange edges",
-                graphs.joint_diagram(grad_trace)))
+@dataclasses.dataclass
+class Figure:
+    """One diagram of the report: its file key, caption, diagram, the smaller collapsed diagram that
+    replaces it when `dot` cannot draw it in time, and whether it is a region (linked, not inlined,
+    once the report's inline budget is spent)."""
+
+    key: str
+    caption: str
+    diagram: graphviz.Digraph
+    smaller: Callable[[], graphviz.Digraph] | None = None
+    region: bool = False
+
+
+@dataclasses.dataclass
+class Drawn:
+    figure: Figure
+    rendered: graphs.Rendered
+    replaced: str = ""  # why the smaller diagram was drawn instead of the figure's own
+
+
+def _program_figures(side: str, graph, sched, kernels) -> list[Figure]:
+    info = regions.Info(graph, sched)
+    if not regions.is_large(graph):
+        steps = " (schedule step · initial dependency count)" if sched else ""
+        out = [Figure(side, f"{side} program{steps}", graphs.graph_diagram(
+            graph, schedule=sched, saved_from=None if sched else graph.num_forward_outputs),
+            lambda: regions.collapsed_diagram(graph, schedule=sched, max_boxes=SMALLER_BOXES))]
+        return out + [Figure(f"{side}.kernels", f"{side} program as the {len(kernels.kernels)} fused kernels the "
+                             "LLVM backend runs", graphs.kernel_diagram(kernels))]
+    parts = regions.regions(graph, info=info)
+    out = [Figure(side, f"{side} program (overview: {len(graph.nodes):,} nodes by scope or source line; "
+                        f"{len(parts)} regions drawn below)", regions.overview_diagram(graph, info=info),
+                  lambda: regions.overview_diagram(graph, max_boxes=SMALLER_BOXES, info=info))]
+    keys: set[str] = set()
+    for name, vs in parts.items():
+        key = f"{side}.{_safe(name)}"
+        while key in keys:
+            key += "_"
+        keys.add(key)
+        how = "run-length collapsed" if len(vs) > regions.REGION_DETAIL else "node by node"
+        out.append(Figure(key, f"{side} region {name}: {len(vs):,} values, {how}", regions.region_diagram(info, name, vs),
+                          lambda vs=vs, name=name: regions.region_diagram(info, name, vs, collapse=True,
+                                                                          max_boxes=SMALLER_BOXES), region=True))
     return out
 
 
-def _figure(written: Written, out_dir: Path, name: str, key: str, rendered: graphs.Rendered) -> str:
-    """Write one diagram's SVG (if drawn) and return its HTML: the inline SVG, or a note."""
-    if rendered.svg is not None:
-        written[f"{key}.svg"] = write_atomic(out_dir / f"{name}.{key}.svg", rendered.svg)
-        return f'<div class="diagram">{inline_svg(rendered.svg, _safe(key) + "-")}</div>'
-    written.diagrams_drawn = False
-    if rendered.error not in written.notes:
-        written.notes.append(rendered.error)
-    src = html.escape(f"{name}.{key}")
-    return (f'<p class="note">Diagram not drawn: {html.escape(rendered.error)}. Its Graphviz source is '
-            f"<code>{src}.dot</code> (render it with <code>dot -Tsvg {src}.dot -o {src}.svg</code>).</p>")
+def _diagrams(grad_trace) -> list[Figure]:
+    """Everything drawn: per program a detailed diagram (and its kernels), or for a large one its
+    overview and one diagram per region; then the joint diagram."""
+    out = []
+    for side, graph, sched in (("forward", grad_trace.forward, None),
+                               ("backward", grad_trace.backward, grad_trace.schedule)):
+        out += _program_figures(side, graph, sched, None if regions.is_large(graph) else grad_trace.kernels[side])
+    out.append(Figure("joint", f"forward and backward: {grad_trace.saved.count} saved tensors as the orange edges",
+                      graphs.joint_diagram(grad_trace),
+                      lambda: graphs.joint_diagram(grad_trace, collapse=True, max_boxes=SMALLER_BOXES)))
+    return out
 
 
-def write_report(grad_trace, out_dir: str | os.PathLike, name: str, *, progress: Progress | None = None) -> Written:
+def draw(fig: Figure) -> Drawn:
+    """Run `dot` on the figure's diagram; if it fails or runs out of time, on its smaller one."""
+    first = graphs.render_svg(fig.diagram)
+    if first.svg is not None or fig.smaller is None or not graphs.dot_available():
+        return Drawn(fig, first)
+    small = fig.smaller()
+    why = f"{first.error} on the detailed diagram ({regions.dot_nodes(fig.diagram):,} nodes)"
+    second = graphs.render_svg(small)
+    if second.svg is None:
+        return Drawn(fig, graphs.Rendered(None, f"{why}, and {second.error} on a collapsed one"))
+    return Drawn(fig, second, f"{why}; drawn collapsed instead ({regions.dot_nodes(small):,} nodes)")
+
+
+def draw_all(figures: list[Figure], each: Callable[[Drawn], None] | None = None) -> list[Drawn]:
+    """Draw the figures, several `dot` processes at once; `each` is called on each in order. An
+    interrupt cancels the diagrams not started."""
+    pool = ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1, len(figures))))
+    out = []
+    try:
+        for drawn in pool.map(draw, figures):
+            out.append(drawn)
+            if each is not None:
+                each(drawn)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return out
+
+
+def _inlined(drawn: list[Drawn], budget: int = INLINE_BYTES) -> set[int]:
+    """Which drawn figures the page holds inline: every overview, program and joint diagram (their
+    size is bounded), then regions in order while the SVG inlined stays within `budget` bytes."""
+    keep, used = set(), 0
+    for k in sorted(range(len(drawn)), key=lambda k: drawn[k].figure.region):
+        svg = drawn[k].rendered.svg
+        if svg is not None and (not drawn[k].figure.region or used + len(svg) <= budget):
+            keep.add(k)
+            used += len(svg)
+    return keep
+
+
+def figure_html(d: Drawn, inline: bool, file: str | None = None) -> str:
+    """A <figure>: the SVG inline (scaled to the page, with an "actual size" switch), a link to
+    its file, or a note saying why it was not drawn."""
+    key = html.escape(_safe(d.figure.key))
+    caption = html.escape(d.figure.caption)
+    if d.replaced:
+        caption += f' <b>(drawn collapsed: {html.escape(d.replaced)})</b>'
+    svg = d.rendered.svg
+    if svg is not None and inline:
+        body = (f'<input type="checkbox" class="zoom" id="zoom-{key}"><label for="zoom-{key}">actual size</label>'
+                f'<div class="diagram">{inline_svg(svg, key + "-")}</div>')
+    elif svg is not None:
+        link = (f'<a href="{html.escape(file)}">{html.escape(file)}</a>' if file
+                else "<code>j.render(path)</code> writes it")
+        body = (f'<p>Not inlined: this page holds at most {human_bytes(INLINE_BYTES)} of diagrams. '
+                f"Opened at full size: {link} ({human_bytes(len(svg))}).</p>")
+    else:
+        src = html.escape(file.removesuffix(".svg")) if file else "its source"
+        body = (f'<p class="note">Diagram not drawn: {html.escape(d.rendered.error)}. Its Graphviz source is '
+                f"<code>{src}.dot</code> (render it with <code>dot -Tsvg {src}.dot -o {src}.svg</code>).</p>")
+    return f'<figure id="fig-{key}"><figcaption>{caption}</figcaption>{body}</figure>'
+
+
+def _note(d: Drawn, file: str) -> str | None:
+    """What the user is told about one figure: why it was drawn collapsed, or not at all."""
+    if d.replaced:
+        return f"{file}: {d.replaced}"
+    if d.rendered.svg is None:
+        return d.rendered.error if not graphs.dot_available() else f"{file} not drawn: {d.rendered.error}"
+    return None
+
+
+# -- the report --------------------------------------------------------------------------------------
+
+
+def write_report(grad_trace, out_dir: str | os.PathLike, name: str, *, progress: Progress | None = None,
+                 files: OutputFolder | None = None) -> Written:
     """Write the diagrams (`.dot` always, `.svg` when the `dot` program runs), the memory plot and
-    one self-contained HTML report for `grad_trace` (a GradTrace) into `out_dir`, each atomically.
-    Returns {key: path} ("forward.dot", "forward.svg", ..., "memory.svg", "html") with `notes`.
-    `progress(description, done, total)` is called before each step. Never raises for a missing
-    or failing `dot`; the HTML then says how to install Graphviz."""
-    out_dir = Path(out_dir)
+    one HTML report for `grad_trace` (a GradTrace) into `out_dir`, each atomically, through `files`
+    (default: a gradir.outfolder.OutputFolder of `name`, whose manifest lists them and whose next
+    run replaces them). Returns {key: path} ("forward.dot", "forward.svg", ..., "memory.svg",
+    "html") with `notes`. `progress(description, done, total)` is called before each step. Never
+    raises for a missing or failing `dot`; the HTML then says how to install Graphviz."""
+    own = files is None
+    if own:
+        files = OutputFolder(out_dir, name, {"function": grad_trace.graph.name})
+    try:
+        written = _write(grad_trace, name, files, progress)
+    except BaseException:
+        if own:
+            files.finish("interrupted")
+        raise
+    if own:
+        files.finish()
+    return written
+
+
+def _write(grad_trace, name: str, files: OutputFolder, progress: Progress | None) -> Written:
     written = Written()
+    written.manifest = files.manifest
     if progress is not None:
         progress("laying out diagrams", 0, 1)
-    diagrams = _diagrams(grad_trace)
-    total = len(diagrams) + 2
-    done = 0
+    figures = _diagrams(grad_trace)
+    files.expect([f"{name}.{f.key}.{ext}" for ext in ("dot", "svg") for f in figures]
+                 + [f"{name}.memory.svg", f"{name}.html"])
+    total, done = len(figures) + 2, 0
 
     def tick(what: str):
         nonlocal done
@@ -231,24 +417,37 @@ def write_report(grad_trace, out_dir: str | os.PathLike, name: str, *, progress:
             progress(what, done, total)
         done += 1
 
-    figures = []  # (key, caption, inline html)
-    for key, _, dg in diagrams:
-        written[f"{key}.dot"] = write_atomic(out_dir / f"{name}.{key}.dot", dg.source)
-    workers = max(1, min(8, os.cpu_count() or 1, len(diagrams)))
-    with ThreadPoolExecutor(workers) as pool:  # `dot` runs as separate processes: draw several at once
-        results = pool.map(lambda d: graphs.render_svg(d[2]), diagrams)
-        for (key, caption, _), rendered in zip(diagrams, results):
-            tick(f"drawing {key}")
-            figures.append((key, caption, _figure(written, out_dir, name, key, rendered)))
+    for f in figures:
+        written[f"{f.key}.dot"] = files.write(f"{name}.{f.key}.dot", f.diagram.source)
+
+    def record(d: Drawn):
+        tick(f"drawing {d.figure.key}")
+        file = f"{name}.{d.figure.key}.svg"
+        if d.rendered.svg is not None:
+            written[f"{d.figure.key}.svg"] = files.write(file, d.rendered.svg)
+        else:
+            written.diagrams_drawn = False
+        note = _note(d, file)
+        if note and note not in written.notes:
+            written.notes.append(note)
+    drawn = draw_all(figures, record)
 
     tick("plotting memory")
     plans = memory_plans(grad_trace)
     plot_svg = plots.memory_timeline_bytes(plans, "svg", title=f"{grad_trace.graph.name}: live bytes per step").decode()
-    written["memory.svg"] = write_atomic(out_dir / f"{name}.memory.svg", plot_svg)
+    written["memory.svg"] = files.write(f"{name}.memory.svg", plot_svg)
 
     tick("writing the HTML report")
-    page = report_html(grad_trace, name, figures, plot_svg, plans, written.notes)
-    written["html"] = write_atomic(out_dir / f"{name}.html", page)
+    inline = _inlined(drawn)
+    figs = [figure_html(d, k in inline, f"{name}.{d.figure.key}.svg") for k, d in enumerate(drawn)]
+    ir = {}
+    for side, graph in (("forward", grad_trace.forward), ("backward", grad_trace.backward)):
+        file = f"{name}.{side}.ir"
+        if len(graph.inputs) + len(graph.nodes) + 3 > IR_LINES:
+            written[f"{side}.ir"] = files.write(file, graph.to_text(full=True) + "\n")
+        ir[side] = ir_html(graph, f'<a href="{html.escape(file)}">{html.escape(file)}</a>')
+    page = report_html(grad_trace, name, figs, plot_svg, plans, written.notes, ir)
+    written["html"] = files.write(f"{name}.html", page)
     if progress is not None:
         progress("done", total, total)
     return written
@@ -267,20 +466,21 @@ def _summary(gt) -> str:
         f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows) + "</tbody></table>"
 
 
-def report_body(gt, figures: list[tuple[str, str, str]], plot_svg: str | None, plans: dict,
-                notes: list[str] = ()) -> str:
-    """The report's content (no <html>/<head>): usable inline in a notebook too."""
+def report_body(gt, figures: list[str], plot_svg: str | None, plans: dict, notes: list[str] = (),
+                ir: dict[str, str] | None = None) -> str:
+    """The report's content (no <html>/<head>): usable inline in a notebook too. `figures` are
+    `figure_html` pieces; `ir` the IR sections by side (default: `ir_html` of each program)."""
     parts = [_summary(gt)]
     if notes:
         items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
-        parts.append(f'<div class="note"><b>Diagrams were not drawn.</b><ul>{items}</ul>'
-                     "The <code>.dot</code> sources are written beside this report; with Graphviz installed "
-                     "(<code>apt-get install graphviz</code>) rerun, or run <code>dot -Tsvg FILE.dot -o FILE.svg</code>.</div>")
+        parts.append(f'<div class="note"><b>Diagram notes.</b><ul>{items}</ul>'
+                     "Every diagram's <code>.dot</code> source is written beside this report; render one with "
+                     "<code>dot -Tsvg FILE.dot -o FILE.svg</code> (Graphviz: <code>apt-get install graphviz</code>)."
+                     "</div>")
     parts.append('<nav><a href="#diagrams">diagrams</a><a href="#memory">memory</a><a href="#ir">IR</a>'
                  '<a href="#schedule">schedule</a><a href="#saved">saved tensors</a></nav>')
     parts.append('<h2 id="diagrams">Diagrams</h2>')
-    for key, caption, body in figures:
-        parts.append(f'<figure id="fig-{html.escape(_safe(key))}"><figcaption>{html.escape(caption)}</figcaption>{body}</figure>')
+    parts += figures
     parts.append('<h2 id="memory">Memory</h2>')
     if plot_svg:
         parts.append(f'<figure id="fig-memory"><div class="plot">{inline_svg(plot_svg, "memory-")}</div>'
@@ -288,16 +488,18 @@ def report_body(gt, figures: list[tuple[str, str, str]], plot_svg: str | None, p
                      "below</figcaption></figure>")
     parts.append(memory_tables(plans))
     parts.append(remat_table(gt.remat))
-    parts.append('<h2 id="ir">IR</h2><h3>forward</h3>' + _pre(gt.forward.to_text()) + "<h3>backward</h3>"
-                 + _pre(gt.backward.to_text()))
+    ir = ir or {side: ir_html(g) for side, g in (("forward", gt.forward), ("backward", gt.backward))}
+    parts.append('<h2 id="ir">IR</h2><h3>forward</h3>' + ir["forward"] + "<h3>backward</h3>" + ir["backward"])
     parts.append('<h2 id="schedule">Backward schedule</h2>' + schedule_table(gt.schedule))
     parts.append('<h2 id="saved">Saved tensors</h2>' + saved_table(gt.saved))
     return "\n".join(parts)
 
 
-def report_html(gt, name: str, figures, plot_svg: str | None, plans: dict, notes: list[str] = ()) -> str:
-    """The whole HTML document: inline CSS and SVG, no scripts, nothing fetched."""
+def report_html(gt, name: str, figures: list[str], plot_svg: str | None, plans: dict, notes: list[str] = (),
+                ir: dict[str, str] | None = None) -> str:
+    """The whole HTML document: inline CSS and SVG, no scripts, nothing fetched (links to the
+    region diagrams and IR files beside it are followed only when clicked)."""
     title = f"gradir report: {name}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>\n{report_body(gt, figures, plot_svg, plans, notes)}\n</body></html>\n")
+            f"<h1>{html.escape(title)}</h1>\n{report_body(gt, figures, plot_svg, plans, notes, ir)}\n</body></html>\n")
