@@ -75,8 +75,21 @@ def _kind_rank(d: np.dtype) -> int:
     return 2 if d == bfloat16 else _KIND_RANK[d.kind]
 
 
+_PROMOTED: dict[tuple, np.dtype] = {}  # eager ops promote on every call
+
+
 def promote(*dtypes) -> np.dtype:
     """NumPy's promotion, extended to bfloat16 (bf16 with f16 gives f32, as in JAX)."""
+    try:
+        out = _PROMOTED.get(dtypes)
+    except TypeError:  # an unhashable dtype-like
+        return _promote(dtypes)
+    if out is None:
+        out = _PROMOTED[dtypes] = _promote(dtypes)
+    return out
+
+
+def _promote(dtypes) -> np.dtype:
     dts = [np.dtype(d) for d in dtypes]
     if any(d == bfloat16 for d in dts):
         others = {d for d in dts if d != bfloat16}

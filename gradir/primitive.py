@@ -16,6 +16,7 @@ Each primitive carries
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,16 +54,7 @@ class Primitive:
         if self._impl is None:
             if self.numpy is None:
                 raise UnsupportedOpError("has no NumPy reference (decompose it first)", op=self.name)
-            names = [a.lstrip("*") for a in self.args]
-            code = compile(ast.parse(self.numpy, mode="eval"), f"<{self.name}>", "eval")
-            namespace = numpy_namespace()
-
-            def run(*ops, **at):
-                local = dict(at)
-                local.update({names[0]: ops} if self.variadic else zip(names, ops))
-                return eval(code, namespace, local)
-
-            self._impl = run
+            self._impl = _template_function(self.name, self.numpy, self.args)
         return self._impl(*operands, **attrs)
 
     def cost(self, out, operands, attrs) -> int:
@@ -70,6 +62,25 @@ class Primitive:
         if self.flops is not None:
             return int(self.flops(out, operands, attrs))
         return math.prod(out.shape) if self.kind in ("elementwise", "reduction") else 0
+
+
+_MISSING = object()
+
+
+def _template_function(name: str, template: str, args: tuple[str, ...]) -> Callable:
+    """The NumPy template as a Python function of the operands (positional) and the attributes it
+    names (keywords; other attributes are ignored). A name that is neither an operand nor in the
+    namespace is an attribute, falling back to the builtin of that name as `eval` would."""
+    namespace = numpy_namespace()
+    params = [a.lstrip("*") for a in args]
+    used = {n.id for n in ast.walk(ast.parse(template, mode="eval")) if isinstance(n, ast.Name)}
+    keywords = sorted(used - set(params) - set(namespace))
+    defaults = {f"_d_{k}": getattr(builtins, k, _MISSING) for k in keywords}
+    signature = ", ".join(args + tuple(["*"] if keywords and not args[-1].startswith("*") else [])
+                          + tuple(f"{k}=_d_{k}" for k in keywords) + ("**_unused",))
+    scope = namespace | defaults
+    exec(compile(f"def _impl({signature}):\n    return {template}\n", f"<{name}>", "exec"), scope)
+    return scope["_impl"]
 
 
 def numpy_namespace() -> dict[str, Any]:

@@ -46,9 +46,10 @@ from gradir.errors import (
 )
 from gradir.interop import is_torch, torch_to_numpy
 from gradir.ir import Graph, Value
+from gradir.ops.lifting import broadcast_view
 from gradir.primitive import get_primitive
 from gradir.tape_rules import tape_rule
-from gradir.trace import EagerOperand, bind, user_source
+from gradir.trace import EagerOperand, bind, evaluate, user_source
 
 # -- grad mode --------------------------------------------------------------------------------------
 
@@ -321,18 +322,25 @@ class Tensor(EagerOperand):
     @classmethod
     def _eager_bind(cls, op: str, operands: tuple, attrs: dict) -> Tensor:
         """Evaluate `op` now; record a tape node if grad mode is on and an operand requires grad."""
-        arrays = [o._storage.array if isinstance(o, Tensor) else np.asarray(o) for o in operands]
+        arrays, need = [], []
+        for o in operands:
+            if isinstance(o, Tensor):
+                arrays.append(o._storage.array)
+                need.append(o._requires_grad)
+            else:
+                arrays.append(o if type(o) is np.ndarray else np.asarray(o))
+                need.append(False)
         prim = get_primitive(op)
         if prim.numpy is None and prim.decompose is not None:  # a composite: its decomposition computes it
             value = np.asarray(prim.decompose(*arrays, **attrs))
         else:
-            value = bind(op, *arrays, **attrs)
-        if not value.flags.writeable or any(np.may_share_memory(value, a) for a in arrays):
+            value = evaluate(prim, arrays, attrs)
+        if not value.flags.writeable or any([np.may_share_memory(value, a) for a in arrays]):
             value = value.copy()  # never alias: an in-place write must go through one version counter
         out = cls._wrap(value)
-        need = tuple([isinstance(o, Tensor) and o._requires_grad for o in operands])
-        if not (_GRAD_MODE[-1] and any(need) and prim.differentiable and dtypes.is_inexact(value.dtype)):
+        if not (True in need and _GRAD_MODE[-1] and prim.differentiable and dtypes.is_inexact(value.dtype)):
             return out
+        need = tuple(need)
         # what the VJP reads to give the operands in `need` their cotangents (as PyTorch saves only
         # for inputs that require grad)
         rule = tape_rule(op, arrays, attrs, value, need)
@@ -456,7 +464,9 @@ def _link(o, array: np.ndarray, read: bool):
     if not read:
         return array
     base = _compact(array)  # a constant the rule reads is copied (the caller may reuse its array), compactly
-    return np.broadcast_to(np.array(base), array.shape) if base is not array else np.array(array)
+    if base is array:
+        return np.array(array)
+    return broadcast_view(np.array(base.reshape(()) if base.size == 1 else base), array.shape)
 
 
 def _compact(a: np.ndarray) -> np.ndarray:

@@ -116,26 +116,16 @@ def capture(v: Value, graph: Graph) -> Value:
 
 def bind(op: str, *operands, **attrs) -> Any:
     """Apply primitive `op`: evaluate now on NumPy operands, or record a node on traced ones."""
-    if any(isinstance(o, EagerOperand) for o in operands):
-        if not is_traced(*operands):
-            return next(o for o in operands if isinstance(o, EagerOperand))._eager_bind(op, operands, attrs)
-        operands = tuple(constant(o.data) if isinstance(o, EagerOperand) else o for o in operands)
+    for o in operands:
+        if isinstance(o, EagerOperand):
+            if not is_traced(*operands):
+                return o._eager_bind(op, operands, attrs)
+            operands = tuple(constant(o.data) if isinstance(o, EagerOperand) else o for o in operands)
+            break
     prim = get_primitive(op)
     graph = current_graph()
     if not is_traced(*operands):
-        try:
-            shape, dtype = prim.infer(*operands, **attrs)
-        except GradirError as e:
-            raise _located(e, op) from None
-        with np.errstate(all="ignore"):
-            try:
-                out = prim.impl(*operands, **attrs)
-            except (ValueError, IndexError, TypeError, ArithmeticError) as e:
-                raise ExecutionError(str(e), op=op, source=user_source()) from e
-        out = np.asarray(out)
-        if out.dtype != dtype:
-            out = out.astype(dtype)
-        return out.reshape(shape) if out.shape != tuple(shape) else out
+        return evaluate(prim, operands, attrs)
     if graph is None:
         raise TraceError("a traced value was used after its trace ended", op=op, source=user_source())
     ops = []
@@ -149,6 +139,23 @@ def bind(op: str, *operands, **attrs) -> Any:
     except GradirError as e:
         raise _located(e, op) from None
     return graph.append(op, ops, attrs, shape, dtype, user_source(), current_scope())
+
+
+def evaluate(prim, operands, attrs: dict) -> np.ndarray:
+    """`prim` applied to NumPy operands now: its shape/dtype rule, then its NumPy reference."""
+    try:
+        shape, dtype = prim.infer(*operands, **attrs)
+    except GradirError as e:
+        raise _located(e, prim.name) from None
+    with np.errstate(all="ignore"):
+        try:
+            out = prim.impl(*operands, **attrs)
+        except (ValueError, IndexError, TypeError, ArithmeticError) as e:
+            raise ExecutionError(str(e), op=prim.name, source=user_source()) from e
+    out = np.asarray(out)
+    if out.dtype != dtype:
+        out = out.astype(dtype)
+    return out.reshape(shape) if out.shape != tuple(shape) else out
 
 
 def _located(e: GradirError, op: str) -> GradirError:

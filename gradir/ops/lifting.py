@@ -42,6 +42,10 @@ def _is_weak(x) -> bool:
 
 def lift_all(*xs, op: str):
     """Lift operands and promote them to one dtype (Python scalars weakly typed)."""
+    if current_graph() is None:  # eager
+        fast = _eager_lift_all(xs)
+        if fast is not None:
+            return fast
     strong = [to_numpy(x) for x in xs if not _is_weak(x)]
     if strong:
         dt = dtypes.promote(*[s.dtype if isinstance(s, (Value, EagerOperand)) else np.asarray(s).dtype for s in strong])
@@ -51,6 +55,23 @@ def lift_all(*xs, op: str):
         dt = dtypes.promote(*[dtypes.weak_dtype(x, None) for x in xs])
     vals = [lift(x, dt) for x in xs]
     return [v if v.dtype == dt else astype(v, dt) for v in vals]
+
+
+def _eager_lift_all(xs):
+    """lift_all's result in the common eager cases, or None: Tensors of one inexact dtype, and
+    Python floats and ints (which weak typing gives that dtype)."""
+    dt = None
+    for x in xs:
+        if isinstance(x, EagerOperand):
+            if dt is None:
+                dt = x.dtype
+            elif x.dtype != dt:
+                return None
+        elif type(x) is not float and type(x) is not int:
+            return None
+    if dt is None or not dtypes.is_inexact(dt):
+        return None
+    return [x if isinstance(x, EagerOperand) else np.asarray(x, dt) for x in xs]
 
 
 def astype(x, dtype):
@@ -66,11 +87,37 @@ def astype(x, dtype):
 def broadcast_all(*xs, op: str):
     """Broadcast operands to their common shape with explicit `broadcast_to` nodes."""
     try:
-        shape = np.broadcast_shapes(*[x.shape for x in xs])
+        shape = broadcast_shape([x.shape for x in xs])
     except ValueError:
         types = " and ".join(type_str(x) for x in xs)
         raise ShapeError(f"shapes {types} cannot be broadcast together", op=op, source=user_source()) from None
-    return [x if x.shape == shape else bind("broadcast_to", x, shape=shape) for x in xs]
+    # an array here is an eager constant: NumPy's view is what the broadcast_to op would compute
+    return [x if x.shape == shape else broadcast_view(x, shape) if type(x) is np.ndarray else
+            bind("broadcast_to", x, shape=shape) for x in xs]
+
+
+def broadcast_shape(shapes) -> tuple[int, ...]:
+    """numpy.broadcast_shapes (ValueError when they do not broadcast), without its per-call setup."""
+    out = list(max(shapes, key=len))
+    n = len(out)
+    for s in shapes:
+        for i, d in enumerate(s, n - len(s)):
+            if d != out[i]:
+                if out[i] == 1:
+                    out[i] = d
+                elif d != 1:
+                    raise ValueError(f"shapes {shapes} do not broadcast")
+    return tuple(out)
+
+
+def broadcast_view(a: np.ndarray, shape) -> np.ndarray:
+    """numpy.broadcast_to(a, shape): a read-only view; a 0-d array's is made directly (the eager
+    path broadcasts a scalar constant on almost every op, and np.broadcast_to costs microseconds)."""
+    if a.ndim or not a.flags.c_contiguous:
+        return np.broadcast_to(a, shape)
+    view = np.ndarray(shape, a.dtype, a, 0, (0,) * len(shape))
+    view.flags.writeable = False
+    return view
 
 
 def type_str(x) -> str:
