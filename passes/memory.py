@@ -17,11 +17,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from rich.table import Table
-
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import owners as storage_owners
 from gradir.passes.report import Report, human_bytes, value_name
+from gradir.passes.text_table import Column
 
 
 @dataclass
@@ -53,35 +52,92 @@ class MemoryPlan(Report):
     def fragmentation(self) -> float:
         return self.arena_bytes / self.peak_bytes - 1 if self.peak_bytes else 0.0
 
+    noun = "steps"
+
+    def _phase_steps(self) -> list[int]:
+        """Each step of the timeline counted within its phase (backward steps as the schedule numbers them)."""
+        out, prev = [], None
+        for p in self.phases or [None] * len(self.order):
+            out.append(out[-1] + 1 if out and p == prev else 0)
+            prev = p
+        return out
+
+    def where(self, t: int) -> str:
+        """Step `t` as the reports name it: "backward step 18" (or "step 18" without phases)."""
+        return f"{self.phases[t]} step {self._phase_steps()[t]}" if self.phases else f"step {t}"
+
+    def _name(self, n: Value) -> str:
+        """`%k` as in the forward or backward program's IR (the phase is a column of its own)."""
+        return value_name(n, self.graph).rpartition(" ")[2]
+
     def to_dict(self) -> dict:
         g = self.graph
+        phase_steps = self._phase_steps()
         return {
             "graph": g.name, "peak_bytes": self.peak_bytes, "peak_step": self.peak_step,
+            "peak_at": self.where(self.peak_step) if self.order else None,
             "lower_bound_bytes": self.lower_bound_bytes, "arena_bytes": self.arena_bytes,
             "fragmentation": self.fragmentation,
-            "steps": [{"step": t, "node": value_name(n, g), "op": n.op, "phase": self.phases[t] if self.phases else "",
-                       "live_bytes": b} for t, (n, b) in enumerate(zip(self.order, self.live_bytes))],
+            "steps": [{"step": t, "phase": self.phases[t] if self.phases else "", "phase_step": phase_steps[t],
+                       "node": value_name(n, g), "op": n.op, "live_bytes": b}
+                      for t, (n, b) in enumerate(zip(self.order, self.live_bytes))],
             "buffers": [{"value": value_name(b.value, g), "op": b.value.op, "bytes": b.nbytes, "start": b.start,
                          "end": b.end, "offset": b.offset, "phase": b.phase} for b in self.buffers],
         }
 
-    def table(self) -> Table:
-        t = Table(title=f"memory plan of {self.graph.name}: peak {human_bytes(self.peak_bytes)} at step "
-                        f"{self.peak_step}, lower bound {human_bytes(self.lower_bound_bytes)}, arena "
-                        f"{human_bytes(self.arena_bytes)} ({self.fragmentation:.1%} fragmentation)")
-        for col in ("step", "phase", "runs", "op", "allocates", "frees", "live"):
-            t.add_column(col)
-        starts, ends = {}, {}
+    def _flows(self) -> tuple[list[int], list[int]]:
+        """Bytes each step allocates and frees (buffers alive to the end are never freed)."""
+        alloc, freed = [0] * len(self.order), [0] * len(self.order)
         for b in self.buffers:
-            starts.setdefault(b.start, []).append(b)
-            ends.setdefault(b.end, []).append(b)
-        for i, (n, live) in enumerate(zip(self.order, self.live_bytes)):
-            alloc = sum(b.nbytes for b in starts.get(i, ()))
-            freed = sum(b.nbytes for b in ends.get(i, ()) if b.end < len(self.order) - 1)
-            t.add_row(str(i), self.phases[i] if self.phases else "", value_name(n, self.graph), n.op,
-                      human_bytes(alloc) if alloc else "", human_bytes(freed) if freed else "", human_bytes(live),
-                      style="bold" if i == self.peak_step else None)
-        return t
+            if 0 <= b.start < len(alloc):
+                alloc[b.start] += b.nbytes
+            if b.end < len(self.order) - 1:
+                freed[b.end] += b.nbytes
+        return alloc, freed
+
+    def describe_step(self, t: int) -> str:
+        """Step `t` and what runs there: "backward step 18 (%25 multiply)"."""
+        n = self.order[t]
+        return f"{self.where(t)} ({self._name(n)} {n.op})"
+
+    def _title(self) -> str:
+        peak = f" at {self.describe_step(self.peak_step)}" if self.order else ""
+        return (f"memory plan of {self.graph.name}: peak {human_bytes(self.peak_bytes)}{peak}, lower bound "
+                f"{human_bytes(self.lower_bound_bytes)}, arena {human_bytes(self.arena_bytes)} "
+                f"({self.fragmentation:.1%} fragmentation)")
+
+    def _columns(self) -> list[Column]:
+        cols = [Column("phase")] if self.phases else []
+        return cols + [Column("step", right=True), Column("runs"), Column("op"), Column("allocates", right=True),
+                       Column("frees", right=True), Column("live", right=True), Column("")]
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        alloc, freed = self._flows()
+        rows = []
+        for t, (n, k, live) in enumerate(zip(self.order, self._phase_steps(), self.live_bytes)):
+            row = (str(k), self._name(n), n.op, human_bytes(alloc[t]) if alloc[t] else "",
+                   human_bytes(freed[t]) if freed[t] else "", human_bytes(live), "<- peak" if t == self.peak_step else "")
+            rows.append((self.phases[t],) + row if self.phases else row)
+        return rows
+
+    def _keep(self) -> set[int]:
+        return {self.peak_step - 1, self.peak_step, self.peak_step + 1}
+
+    def _label(self, k: int) -> str:
+        return self.where(k)
+
+    def _notes(self) -> list[str]:
+        steps = "steps count each program's nodes in the order they run, from 0 (backward steps are the " \
+                "schedule's)" if self.phases else "steps count the nodes in the order they run, from 0"
+        return [f"{steps}. live: bytes of every buffer alive during the step, the one it writes and those it "
+                "reads for the last time included; the peak is the most live, the program's results included "
+                "(a recompute plan's activation peak leaves them out)."]
+
+    def _records(self) -> tuple[list[str], list[list]]:
+        alloc, freed = self._flows()
+        return (["step", "phase", "phase_step", "node", "op", "allocated_bytes", "freed_bytes", "live_bytes"],
+                [[t, self.phases[t] if self.phases else "", k, self._name(n), n.op, alloc[t], freed[t], live]
+                 for t, (n, k, live) in enumerate(zip(self.order, self._phase_steps(), self.live_bytes))])
 
 
 def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str] | None = None,

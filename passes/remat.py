@@ -27,11 +27,10 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from rich.table import Table
-
 from gradir.ir import Graph, Value
 from gradir.passes.partition import Partition, const_only, forward_values, partition
 from gradir.passes.report import Report, human_bytes
+from gradir.passes.text_table import Column
 from gradir.primitive import get_primitive
 
 CHECKPOINT = "checkpoint"  # scope names starting with this mark gr.checkpoint regions
@@ -188,20 +187,26 @@ class RematReport(Report):
                 "blocks": self.blocks, "blocks_recomputed": self.blocks_recomputed, "block_calls": self.block_calls,
                 "peak_bytes": self.peak_bytes}
 
-    def table(self) -> Table:
-        return remat_table([self])
+    def _title(self) -> str:
+        return "recompute plans"
+
+    def _columns(self) -> list[Column]:
+        return [Column("policy", wrap=True, least=8), Column("saved", right=True), Column("saved bytes", right=True),
+                Column("recomputed ops", right=True), Column("recompute flops", right=True),
+                Column("block calls", right=True), Column("activation peak", right=True),
+                Column("note", wrap=True, least=12)]
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        name = self.plan.policy + (" (proven optimal)" if self.plan.optimal else "")
+        return [(name, str(self.saved_count), human_bytes(self.saved_bytes), str(self.recomputed_ops),
+                 f"{self.recompute_flops:,}", str(self.block_calls), human_bytes(self.peak_bytes), self.plan.note)]
+
+    def _notes(self) -> list[str]:
+        return [ACTIVATION_PEAK]
 
 
-def remat_table(reports: list[RematReport], title: str = "recompute plans") -> Table:
-    t = Table(title=title)
-    for col in ("policy", "saved", "saved bytes", "recomputed ops", "recompute flops", "block calls", "planned peak",
-                "note"):
-        t.add_column(col)
-    for r in reports:
-        name = r.plan.policy + (" (proven optimal)" if r.plan.optimal else "")
-        t.add_row(name, str(r.saved_count), human_bytes(r.saved_bytes), str(r.recomputed_ops),
-                  f"{r.recompute_flops:,}", str(r.block_calls), human_bytes(r.peak_bytes), r.plan.note)
-    return t
+ACTIVATION_PEAK = ("activation peak: forward + backward without the program's results (the loss, the gradients), "
+                   "which every plan holds alike; the memory plan's peak counts them")
 
 
 def evaluate(joint: Graph, plan: RematPlan, part: Partition | None = None) -> RematReport:

@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from rich.table import Table
-
 from gradir import dtypes
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import VIEW_OPS, owners
 from gradir.passes.autodiff import needs_grad
 from gradir.passes.partition import Partition
 from gradir.passes.report import Report, human_bytes, value_name
+from gradir.passes.text_table import Column
 from gradir.rules import OUTPUT, explain, node_reads
 
+READERS_SHOWN = 8  # backward readers listed per saved value in text (to_dict has all)
 NO_RULE = "read by backward directly (no single forward rule keeps it: a fused rule, or a value shared by both passes)"
 
 
@@ -103,21 +103,52 @@ class SavedReport(Report):
         return {"count": self.count, "bytes": self.bytes, "total_bytes": self.total_bytes, "kinds": kinds,
                 "backward_steps": self.backward_steps, "entries": [e.to_dict() for e in self.entries]}
 
-    def table(self) -> Table:
-        t = Table(title=f"saved for backward: {self.count} values, {human_bytes(self.bytes)} new "
-                        f"({human_bytes(self.total_bytes)} read)")
-        for col in ("value", "type", "kind", "bytes", "new", "producer", "needed by", "backward readers", "last use"):
-            t.add_column(col, justify="right" if col in ("bytes", "new", "last use") else "left")
+    noun = "saved values"
+
+    def _title(self) -> str:
+        return (f"saved for backward: {self.count} values, {human_bytes(self.bytes)} new memory "
+                f"({human_bytes(self.total_bytes)} read)")
+
+    def _columns(self) -> list[Column]:
+        return [Column("value"), Column("type"), Column("kind", drop=3), Column("bytes", right=True, drop=4),
+                Column("new", right=True), Column("producer", drop=5), Column("needed by", wrap=True, least=24),
+                Column("read by", wrap=True, least=10, drop=2), Column("last use", right=True)]
+
+    def _last_use(self, e: SavedEntry) -> str:
+        return "-" if e.last_use is None else "returned" if e.last_use >= self.backward_steps else str(e.last_use)
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        rows = []
         for e in self.entries:
             kind = f"view of {e.view_of}" if e.kind == "view" else e.kind
             producer = e.producer["op"] + (f" ({e.producer['source']})" if e.producer.get("source") else "")
             needed = "\n".join(map(str, e.needed_by)) or NO_RULE
-            readers = ", ".join(f"{r.value} {r.op}" for r in e.readers) or "(returned)"
-            t.add_row(e.name, e.type_str, kind, human_bytes(e.bytes), human_bytes(e.new_bytes), producer, needed,
-                      readers, "-" if e.last_use is None else str(e.last_use))
-        t.add_section()
-        t.add_row("total", "", "", human_bytes(self.total_bytes), human_bytes(self.bytes), "", "", "", "")
-        return t
+            readers = ", ".join(f"{r.value} {r.op}" for r in e.readers[:READERS_SHOWN]) or "(returned)"
+            if len(e.readers) > READERS_SHOWN:
+                readers += f", … (+{len(e.readers) - READERS_SHOWN})"
+            rows.append((e.name, e.type_str, kind, human_bytes(e.bytes), human_bytes(e.new_bytes), producer, needed,
+                         readers, self._last_use(e)))
+        rows.append(("total", "", "", human_bytes(self.total_bytes), human_bytes(self.bytes), "", "", "", ""))
+        return rows
+
+    def _keep(self) -> set[int]:
+        return {len(self.entries)}  # the total
+
+    def _label(self, k: int) -> str:
+        return self.entries[k].name
+
+    def _notes(self) -> list[str]:
+        return ["value: its name in the forward program (the backward receives %k as input saved_<op>k). new: "
+                "memory kept for backward (inputs and views of kept buffers add none). last use: the backward "
+                "step of its last reader, as the schedule numbers them."]
+
+    def _records(self) -> tuple[list[str], list[list]]:
+        return (["value", "dtype", "shape", "kind", "view_of", "bytes", "new_bytes", "producer_op", "producer_source",
+                 "needed_by", "readers", "last_use"],
+                [[e.name, e.dtype, "x".join(map(str, e.shape)), e.kind, e.view_of or "", e.bytes, e.new_bytes,
+                  e.producer["op"], e.producer.get("source") or "", "; ".join(map(str, e.needed_by)),
+                  " ".join(f"{r.value}:{r.op}" for r in e.readers), "" if e.last_use is None else e.last_use]
+                 for e in self.entries])
 
 
 def _needed_by(forward: Graph, live: set[Value]) -> dict[Value, list[NeededBy]]:

@@ -18,19 +18,19 @@ Policies:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
-
-from rich.table import Table
 
 from gradir.errors import GradirError, VerifyError
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import owners as storage_owners
-from gradir.passes.report import Report, human_bytes, value_name
+from gradir.passes.report import Report, human_bytes, value_names
+from gradir.passes.text_table import Column
 from gradir.trace import user_source
 
 POLICIES = ("engine", "memory")
-QUEUE_SHOWN = 8  # ready-queue entries listed per step in reports (the count is always given)
+QUEUE_SHOWN = 8  # ready-queue entries and decremented counts listed per step in text (JSON has all)
 
 
 @dataclass
@@ -51,39 +51,67 @@ class Schedule(Report):
     initial_counts: dict[Value, int] = field(repr=False)
     note: str = ""
 
+    noun = "steps"
+
     def queues(self):
         """The ready queue after each step (its first QUEUE_SHOWN nodes in engine order), replayed
-        from the steps: what was ready at the start, plus what each step made ready, minus what ran."""
-        position = {v: i for i, v in enumerate(self.graph.nodes)}
-        ready = {v for v, c in self.initial_counts.items() if c == 0}
+        from the steps: what was ready at the start, plus what each step made ready, minus what ran.
+        The queue is kept as a sorted list of graph positions, so the replay stays fast."""
+        nodes = self.graph.nodes
+        position = {v: i for i, v in enumerate(nodes)}
+        ready = sorted(position[v] for v, c in self.initial_counts.items() if c == 0)
         for s in self.steps:
-            ready.discard(s.node)
-            ready.update(u for u, c in s.decremented if c == 0)
-            yield sorted(ready, key=position.__getitem__)[:QUEUE_SHOWN]
+            k = bisect.bisect_left(ready, position[s.node])
+            if k < len(ready) and ready[k] == position[s.node]:
+                del ready[k]
+            for u, c in s.decremented:
+                if c == 0:
+                    bisect.insort(ready, position[u])
+            yield [nodes[k] for k in ready[:QUEUE_SHOWN]]
 
     def to_dict(self) -> dict:
-        g = self.graph
+        name = value_names(self.graph)
         steps = [{
-            "step": s.index, "node": value_name(s.node, g), "op": s.node.op, "source": s.node.source,
-            "decremented": [{"node": value_name(u, g), "count": c} for u, c in s.decremented],
-            "queue": [value_name(q, g) for q in queue], "queue_size": s.queue_size, "freed_bytes": s.freed_bytes,
+            "step": s.index, "node": name[s.node], "op": s.node.op, "source": s.node.source,
+            "decremented": [{"node": name[u], "count": c} for u, c in s.decremented],
+            "queue": [name[q] for q in queue], "queue_size": s.queue_size, "freed_bytes": s.freed_bytes,
         } for s, queue in zip(self.steps, self.queues())]
-        return {"policy": self.policy, "graph": g.name, "num_steps": len(self.steps), "note": self.note,
-                "initial_counts": {value_name(v, g): c for v, c in self.initial_counts.items()}, "steps": steps}
+        return {"policy": self.policy, "graph": self.graph.name, "num_steps": len(self.steps), "note": self.note,
+                "initial_counts": {name[v]: c for v, c in self.initial_counts.items()}, "steps": steps}
 
-    def table(self) -> Table:
-        t = Table(title=f"schedule of {self.graph.name} ({self.policy} policy, {len(self.steps)} steps)",
-                  caption=self.note or None)
-        for col in ("step", "runs", "op", "counts decremented", "ready queue after", "frees", "source"):
-            t.add_column(col, overflow="fold")
+    def _title(self) -> str:
+        return f"schedule of {self.graph.name}: {self.policy} policy, {len(self.steps)} steps"
+
+    def _columns(self) -> list[Column]:
+        return [Column("step", right=True), Column("runs"), Column("op"), Column("counts decremented", least=10),
+                Column("ready after", least=10), Column("frees", right=True), Column("source", drop=1)]
+
+    def _cells(self):
+        """Per step: the node, the counts it decremented (`%9->0`: %9's operands still owed after it;
+        0: now ready) and the ready queue after it (first QUEUE_SHOWN of each), as text."""
+        name = value_names(self.graph)
         for s, ready in zip(self.steps, self.queues()):
-            dec = ", ".join(f"{value_name(u, self.graph)}->{c}" for u, c in s.decremented)
-            queue = ", ".join(value_name(q, self.graph) for q in ready)
-            if s.queue_size > len(ready):
-                queue += f", ... (+{s.queue_size - len(ready)})"
-            t.add_row(str(s.index), value_name(s.node, self.graph), s.node.op, dec, queue or "-",
-                      human_bytes(s.freed_bytes) if s.freed_bytes else "", s.node.source or "")
-        return t
+            dec = " ".join(f"{name[u]}->{c}" for u, c in s.decremented[:QUEUE_SHOWN])
+            more = len(s.decremented) - QUEUE_SHOWN
+            yield s, name[s.node], dec + (f" … (+{more})" if more > 0 else ""), " ".join(name[q] for q in ready)
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [(str(s.index), node, s.node.op, dec or "-",
+                 f"{s.queue_size}: {queue}{' …' if s.queue_size > QUEUE_SHOWN else ''}" if s.queue_size else "0",
+                 human_bytes(s.freed_bytes) if s.freed_bytes else "", s.node.source or "")
+                for s, node, dec, queue in self._cells()]
+
+    def _notes(self) -> list[str]:
+        notes = ["steps count the backward nodes in the order they run, from 0 (the memory plan's backward "
+                 "steps and the saved report's last use count the same way). %u->n: u's operands still owed "
+                 "after the step (0: u joins the ready queue). ready after: how many nodes wait, then the first "
+                 "ones in engine order."]
+        return notes + ([self.note] if self.note else [])
+
+    def _records(self) -> tuple[list[str], list[list]]:
+        return (["step", "node", "op", "decremented", "queue_size", "queue", "freed_bytes", "source"],
+                [[s.index, node, s.node.op, dec, s.queue_size, queue, s.freed_bytes, s.node.source or ""]
+                 for s, node, dec, queue in self._cells()])
 
 
 def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
