@@ -37,7 +37,7 @@ from rich.table import Table
 import gradir as gr
 from gradir import dtypes
 from gradir.errors import GradirError, ModelFileError
-from gradir.fileio import write_atomic
+from gradir.outfolder import OutputFolder, check_writable
 from gradir.passes.remat import POLICIES as REMAT_POLICIES
 from gradir.passes.report import value_name
 from gradir.passes.schedule import POLICIES
@@ -349,12 +349,16 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
     """Trace FILE's function, differentiate it, and print the forward and backward IR
     (partitioned under the recompute plan --remat chooses, if any)."""
     console = _console()
+    folder = None  # the output folder, once checked
     try:
         plan = Remat.from_options(remat, budget, segments)
+        folder = _output_folder(out, viz)  # before the work: an unwritable --out fails at once
         t = load_target(file, fn, argnums)
         j = _trace_grad(t, file, policy, plan)
     except CLIError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(folder)
     if passes:
         from gradir.passes import autodiff_pipeline
 
@@ -366,15 +370,7 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
     _plan_summary(console, j, plan)
     if backend is not None:
         _print_kernels(console, j, backend)
-    try:
-        if out is not None:
-            for part, graph in (("forward", j.forward), ("backward", j.backward)):
-                path = write_atomic(out / f"{t.fn.__name__}.{part}.ir", graph.to_text(full=True) + "\n")
-                console.print(f"wrote {path}", markup=False, highlight=False)
-        if viz:
-            _render(console, j, (out or Path(VIZ_DIR)) / t.fn.__name__)
-    except OSError as e:
-        _fail(CLIError(f"cannot write into {out or VIZ_DIR}: {e.strerror or e}"))
+    _write_outputs(console, j, t, folder, ir=out is not None, viz=viz)
 
 
 VIZ_DIR = "gradir_out"
@@ -389,9 +385,58 @@ def _print_kernels(console: Console, j, backend: str) -> None:
         console.print(str(program), markup=False, highlight=False)
 
 
-def _render(console: Console, j, path: Path) -> None:
+def _output_folder(out: Path | None, viz: bool) -> Path | None:
+    """The folder `trace` writes into (--out, or VIZ_DIR for --viz alone), created and proved
+    writable before any work; None when nothing is to be written."""
+    if out is None and not viz:
+        return None
+    folder = out or Path(VIZ_DIR)
+    try:
+        return check_writable(folder)
+    except OSError as e:
+        raise CLIError(f"cannot write into {folder}: {e.strerror or e}") from None
+
+
+def _write_outputs(console: Console, j, t: Target, folder: Path | None, ir: bool, viz: bool) -> None:
+    """The IR files (--out) and the diagrams and report (--viz), through one OutputFolder: they
+    replace the previous run's files of this function there, and NAME.manifest.json lists them."""
+    if folder is None:
+        return
+    name = t.fn.__name__
+    files = OutputFolder(folder, name, {"command": "gradir trace", "model": t.path, "function": name})
+    try:
+        if ir:
+            for part, graph in (("forward", j.forward), ("backward", j.backward)):
+                path = files.write(f"{name}.{part}.ir", graph.to_text(full=True) + "\n")
+                console.print(f"wrote {path}", markup=False, highlight=False)
+        if viz:
+            _render(console, j, files)
+        files.finish()
+    except KeyboardInterrupt:
+        files.finish("interrupted")
+        _interrupted(folder, files)
+    except OSError as e:
+        _fail(CLIError(f"cannot write into {folder}: {e.strerror or e}"))
+
+
+def _interrupted(folder: Path | None, files: OutputFolder | None = None):
+    """Ctrl-C: say what was and was not written, exit 130."""
+    if files is None or not files.written:
+        where = f" into {folder} (an earlier run's files there are untouched)" if folder is not None else ""
+        typer.echo(f"gradir: interrupted; nothing was written{where}", err=True)
+    else:
+        missing = files.missing()
+        left = f"; not written: {', '.join(missing[:6])}" + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        typer.echo(f"gradir: interrupted; wrote {len(files.written)} files into {folder} (listed in "
+                   f"{files.manifest.name}, marked interrupted){left if missing else ''}", err=True)
+    raise typer.Exit(130)
+
+
+def _render(console: Console, j, files: OutputFolder) -> None:
     """Diagrams, memory plot and HTML report, with a progress bar; print what was written."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gradir.viz import write_report
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
@@ -399,9 +444,9 @@ def _render(console: Console, j, path: Path) -> None:
 
         def progress(description: str, done: int, total: int):
             bar.update(task, description=description, completed=done, total=total)
-        written = j.render(path, progress=progress)
+        written = write_report(j, files.folder, files.name, progress=progress, files=files)
     console.rule("diagrams and report", style="cyan")
-    for what, p in written.items():
+    for what, p in [*written.items(), ("manifest", files.manifest)]:
         console.print(f"{what:>20}  {p}", markup=False, highlight=False)
     for note in written.notes:
         typer.echo(f"gradir: note: {note}", err=True)

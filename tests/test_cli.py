@@ -447,3 +447,73 @@ def test_a_one_element_loss_of_shape_1_1_is_traced_and_checked(tmp_path):
     assert float(np.asarray(loss).item()) == pytest.approx(0.125 - 1 + 8, rel=1e-12)
     (dx,) = run(backward, saved + [np.ones((1, 1))])
     np.testing.assert_allclose(dx, 3 * x * x, rtol=1e-12)  # d/dx sum(x^3) = 3x^2, by hand
+
+
+# -- the output folder (--out) --------------------------------------------------------------------------
+
+SCOPED = ("import gradir as gr\n\n\ndef loss(x: gr.f64[4]):\n    for k in range(30):\n"
+          "        with gr.scope(f'layer{k}'):\n            x = gr.tanh(x) * 0.5 + x\n    return gr.sum(x)\n")
+
+
+def test_trace_out_is_checked_before_the_model_is_even_loaded(tmp_path):
+    marker = tmp_path / "imported"
+    model = tmp_path / "model.py"
+    model.write_text(f"open({str(marker)!r}, 'w').close()\nimport gradir as gr\n\n\ndef loss(x: gr.f64[2]):\n"
+                     "    return gr.sum(x * x)\n")
+    (tmp_path / "afile").write_text("not a folder")
+    result = runner.invoke(app, ["trace", str(model), "--viz", "--out", str(tmp_path / "afile" / "sub")])
+    assert result.exit_code == 2 and "cannot write into" in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()  # failed at once: no tracing, no drawing
+
+
+def test_a_rerun_into_the_same_folder_replaces_the_previous_runs_files(tmp_path):
+    """A big scoped model (region diagrams) and then a small one of the same function name: the
+    folder holds exactly the second run's files (its manifest lists them) and the user's own file."""
+    import json
+
+    big = tmp_path / "big.py"
+    big.write_text(SCOPED)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    _trace(str(big), "--viz", "--out", str(out))
+    first = json.loads((out / "loss.manifest.json").read_text())
+    assert any("layer" in f for f in first["files"]) and first["model"] == str(big)
+    _trace(str(TANH), "--viz", "--out", str(out))
+    second = json.loads((out / "loss.manifest.json").read_text())
+    assert second["status"] == "complete" and second["model"] == str(TANH)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*second["files"], "loss.manifest.json", "notes.txt"])
+    assert not any("layer" in p.name for p in out.iterdir())
+    assert {"loss.forward.ir", "loss.html", "loss.joint.svg"} <= set(second["files"])
+
+
+def test_ctrl_c_while_writing_says_what_was_and_was_not_written(tmp_path, monkeypatch):
+    import json
+
+    from gradir.viz import plots
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(plots, "memory_timeline_bytes", interrupt)  # after the diagrams, before plot and page
+    result = runner.invoke(app, ["trace", str(TANH), "--viz", "--out", str(tmp_path)])
+    assert result.exit_code == 130 and "Traceback" not in result.stderr
+    manifest = json.loads((tmp_path / "loss.manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    on_disk = sorted(p.name for p in tmp_path.iterdir() if p.name != "loss.manifest.json")
+    assert sorted(manifest["files"]) == on_disk and "loss.joint.svg" in on_disk and "loss.html" not in on_disk
+    assert (f"gradir: interrupted; wrote {len(on_disk)} files into {tmp_path} (listed in loss.manifest.json, "
+            "marked interrupted); not written: loss.memory.svg, loss.html") in result.stderr
+
+
+def test_ctrl_c_while_tracing_writes_nothing_and_keeps_the_earlier_run(tmp_path, monkeypatch):
+    _trace(str(TANH), "--viz", "--out", str(tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(gr, "trace_grad", interrupt)
+    result = runner.invoke(app, ["trace", str(TANH), "--viz", "--out", str(tmp_path)])
+    assert result.exit_code == 130
+    assert f"gradir: interrupted; nothing was written into {tmp_path} (an earlier run's files there are untouched)" \
+        in result.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

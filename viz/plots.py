@@ -95,7 +95,7 @@ def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0):
     if steps:
         ax_live.plot([plan.peak_step], [plan.peak_bytes], "v", color="#dc2626", ms=8, zorder=5)
         at = plan.peak_step / max(len(steps) - 1, 1)  # near an edge, the label extends inwards only
-        ha, dx = ("left", -4) if at < 0.25 else ("right", 4) if at > 0.75 else ("center", 0)
+        ha, dx = ("left", 2) if at < 0.25 else ("right", -2) if at > 0.75 else ("center", 0)
         ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} (step {plan.peak_step:,})", (plan.peak_step, plan.peak_bytes),
                          xytext=(dx, 8), textcoords="offset points", ha=ha, fontsize=8, color="#dc2626", gid=f"peak{panel}")
     ax_live.set_title(f"{name}: peak {human_bytes(plan.peak_bytes)}, lower bound {human_bytes(plan.lower_bound_bytes)}",

@@ -37,6 +37,7 @@ import graphviz
 
 from gradir.outfolder import OutputFolder
 from gradir.passes.report import human_bytes
+from gradir.passes.text_table import shown
 from gradir.viz import graphs, plots, regions
 
 Progress = Callable[[str, int, int], None]  # (what is being done, steps done, steps in all)
@@ -94,21 +95,6 @@ def inline_svg(svg: str, prefix: str) -> str:
     return svg.strip()
 
 
-def shown_rows(n: int, limit: int | None, keep=()) -> list[int | None]:
-    """The row indices a table of `n` rows shows with at most about `limit` rows (None: all), in
-    order: the first and last rows plus those in `keep`; None marks each run of rows left out."""
-    if limit is None or n <= limit:
-        return list(range(n))
-    head = (limit + 1) // 2
-    picked = sorted(set(range(head)) | set(range(n - (limit - head), n)) | {k for k in keep if 0 <= k < n})
-    out: list[int | None] = []
-    for k in picked:
-        if out and out[-1] is not None and k != out[-1] + 1:
-            out.append(None)
-        out.append(k)
-    return out
-
-
 class LazyRows:
     """`n` table rows, each made by `make(k)` only if the table shows it."""
 
@@ -130,7 +116,7 @@ def html_table(columns: list[str], rows, numeric: set[str] = frozenset(), highli
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     num, peak = ' class="num"', ' class="peak"'
     body = []
-    picked = shown_rows(len(rows), limit, keep)
+    picked = shown(len(rows), limit, keep)
     for pos, k in enumerate(picked):
         if k is None:
             left_out = picked[pos + 1] - picked[pos - 1] - 1
