@@ -1,14 +1,33 @@
-"""How fast scheduling and memory planning are on large graphs (issue target: a 10,000-node graph
-scheduled and memory-planned in under 1 s), and how the memory-aware policy's peak compares with
-engine order on a few models. Writes benchmarks/planning.md (atomically).
+"""The compiler at scale: time and memory of every phase from trace to generated code, on graphs of
+1k to 1M joint nodes, and how the memory-aware scheduling policy's peak compares with engine order.
 
-Run: python benchmarks/bench_planning.py
+Scale workload: a deep residual tanh MLP, `h = h + tanh(h @ w) * 0.5` per block (16x16 weights,
+batch 8), differentiated with respect to every weight; the block count is chosen for the size of the
+cleaned joint (forward + backward) graph. Each size runs in a fresh process, so its peak resident
+memory is its own. Phases, as `gr.compile(gr.value_and_grad(loss))` runs them:
+
+  trace -> autodiff (joint graph) -> cleanup (lower, simplify, cse, dce) -> partition (forward /
+  backward programs, saved values) -> schedule (dependency-counted backward order) -> memory plan
+  (lifetimes, peak, arena over forward then backward) -> codegen (fusion + LLVM, compiled for this
+  CPU, no on-disk cache) -> reports (the schedule, memory plan and saved-tensor report as text).
+
+"MiB" is the process's peak resident memory after the phase minus after importing gradir and loading
+LLVM (a high-water mark: it never goes down). Also measured: `gr.grad` on a 20,000-op tanh chain, first
+call and later calls (graphs cached per input signature).
+
+Writes benchmarks/planning.md (atomically). Run:
+  python benchmarks/bench_planning.py [--sizes 1000,10000,100000,1000000] [--out PATH]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import pathlib
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -18,11 +37,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import gradir as gr  # noqa: E402
 from gradir.fileio import write_atomic  # noqa: E402
-from gradir.passes.memory import plan_memory  # noqa: E402
 from gradir.passes.report import human_bytes  # noqa: E402
-from gradir.passes.schedule import POLICIES, schedule  # noqa: E402
 
 OUT = pathlib.Path(__file__).with_name("planning.md")
+PHASES = ("trace", "autodiff", "cleanup", "partition", "schedule", "memory", "codegen", "reports")
+JOINT_NODES_PER_BLOCK = 13  # of the residual block below, after cleanup
 
 
 def deep_residual_mlp(depth: int, width: int = 16, batch: int = 8):
@@ -39,23 +58,67 @@ def deep_residual_mlp(depth: int, width: int = 16, batch: int = 8):
     return loss, (ws, x)
 
 
-def time_planning(depth: int, repeats: int = 3):
-    loss, args = deep_residual_mlp(depth)
-    j = gr.trace_grad(loss, *args)
-    rows = []
-    for policy in POLICIES:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            s = schedule(j.backward, policy, owned_inputs=j.saved_inputs)
-            graph, order, phases = j.partition.stitch(s.order)
-            plan = plan_memory(graph, order, phases)
-            times.append(time.perf_counter() - t0)
-        rows.append((len(j.backward.nodes), len(j.joint.nodes), policy, statistics.median(times) * 1e3, plan.peak_bytes))
-    return rows
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
-def models():
+def one_size(nodes: int) -> dict:
+    """Every phase once on a graph of about `nodes` joint nodes (run in a fresh process)."""
+    os.environ["GRADIR_CACHE_DIR"] = "off"
+    from gradir.api import _prepare, _trace
+    from gradir.backends import compile_graph
+    from gradir.passes import joint_graph, partition, run_pipeline
+    from gradir.passes.memory import plan_memory
+    from gradir.passes.saved import saved_tensors
+    from gradir.passes.schedule import schedule
+
+    from gradir.backends.llvm import jit
+
+    jit.target_machine()  # LLVM's own libraries (~85 MiB resident) are loaded before the baseline
+    loss, args = deep_residual_mlp(max(1, nodes // JOINT_NODES_PER_BLOCK))
+    base = _rss_mib()
+    times, mib = {}, {}
+
+    def phase(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        times[name], mib[name] = time.perf_counter() - t0, _rss_mib() - base
+        return out
+
+    a = _prepare(loss, args)
+    wrt = list(range(len(a.flat) - 1))
+    graph = phase("trace", lambda: _trace(loss, a))
+    joint = phase("autodiff", lambda: joint_graph(graph, wrt))
+    joint = phase("cleanup", lambda: run_pipeline(joint))
+    part = phase("partition", lambda: partition(joint))
+    sched = phase("schedule", lambda: schedule(part.backward, "engine"))
+    plan = phase("memory", lambda: plan_memory(*part.stitch(sched.order)))
+    phase("codegen", lambda: compile_graph(joint, order=schedule(joint).order, backend="llvm"))
+    phase("reports", lambda: [str(sched), str(plan), str(saved_tensors(part, sched.order))])
+    return {"joint_nodes": len(joint.nodes), "backward_nodes": len(part.backward.nodes), "times": times, "mib": mib,
+            "peak_bytes": plan.peak_bytes}
+
+
+def grad_chain(ops: int = 20000, calls: int = 5) -> dict:
+    """`gr.grad` of a tanh chain: the first call (trace, differentiate, compile) and later ones (cached)."""
+    def chain(x):
+        for _ in range(ops):
+            x = gr.tanh(x)
+        return gr.sum(x)
+
+    x = np.linspace(-1, 1, 8)
+    t0 = time.perf_counter()
+    gr.grad(chain)(x)
+    first = time.perf_counter() - t0
+    later = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        gr.grad(chain)(x)
+        later.append(time.perf_counter() - t0)
+    return {"ops": ops, "first": first, "later": statistics.median(later)}
+
+
+def policy_models():
     rng = np.random.default_rng(0)
 
     def mlp(x, w1, w2, w3):
@@ -84,22 +147,42 @@ def models():
 
 
 def main():
-    lines = ["# Scheduling and memory planning", "",
-             "`python benchmarks/bench_planning.py`. Time to schedule the backward graph (dependency counting, ready",
-             "queue) and plan memory over the forward+backward timeline (lifetimes, peak, best-fit arena); medians of 3.",
-             "", "| backward nodes | joint nodes | policy | schedule + plan (ms) | planned peak |", "|---:|---:|---|---:|---:|"]
-    for depth in (111, 1111, 2222):  # about 1k, 10k and 20k backward nodes
-        for nb, nj, policy, ms, peak in time_planning(depth):
-            lines.append(f"| {nb} | {nj} | {policy} | {ms:.0f} | {human_bytes(peak)} |")
-    lines += ["", "Peak memory of forward + backward under each policy (same gradients, bitwise):", "",
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="1000,10000,100000,1000000", help="joint-graph sizes, comma-separated")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one size, print JSON
+    ap.add_argument("--out", type=pathlib.Path, default=OUT)
+    opts = ap.parse_args()
+    if opts.one:
+        print(json.dumps(one_size(opts.one)))
+        return
+
+    lines = ["# The compiler at scale", "", "`python benchmarks/bench_planning.py`. " + __doc__.split("\n\n")[1].replace("\n", " "),
+             "", "Seconds per phase (MiB: peak resident memory after it, over the process after importing gradir and LLVM):", "",
+             "| joint nodes | " + " | ".join(PHASES) + " | total s | peak MiB |", "|---:|" + "---:|" * (len(PHASES) + 2)]
+    for size in (int(s) for s in opts.sizes.split(",")):
+        print(f"size {size} ...", flush=True)
+        done = subprocess.run([sys.executable, __file__, "--one", str(size)], capture_output=True, text=True)
+        if done.returncode:
+            lines.append(f"| ~{size} | failed: {done.stderr.strip().splitlines()[-1][:100]} |")
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        cells = [f"{r['times'][p]:.2f}" for p in PHASES]
+        lines.append(f"| {r['joint_nodes']:,} | " + " | ".join(cells) +
+                     f" | **{sum(r['times'].values()):.2f}** | {max(r['mib'].values()):.0f} |")
+        print(lines[-1], flush=True)
+
+    g = grad_chain()
+    lines += ["", f"`gr.grad` of a {g['ops']:,}-op tanh chain: first call {g['first']:.2f} s (trace, differentiate, "
+              f"compile to NumPy), later calls {g['later'] * 1e3:.0f} ms (median; the graph is cached per input signature).",
+              "", "Peak memory of forward + backward under each scheduling policy (same gradients, bitwise):", "",
               "| model | engine order peak | memory-aware peak | change |", "|---|---:|---:|---:|"]
-    for name, (fn, args, argnums) in models().items():
+    for name, (fn, args, argnums) in policy_models().items():
         j = gr.trace_grad(fn, *args, argnums=argnums)
         e, m = (j.with_policy(p).memory.peak_bytes for p in ("engine", "memory"))
         lines.append(f"| {name} | {human_bytes(e)} | {human_bytes(m)} | {(m - e) / e:+.1%} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    write_atomic(OUT, text)
+    write_atomic(opts.out, text)
 
 
 if __name__ == "__main__":

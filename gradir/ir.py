@@ -30,6 +30,7 @@ from gradir import dtypes
 from gradir.errors import GradirError, IRParseError, TracedControlFlowError, VerifyError
 
 _ids = itertools.count()
+_SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}  # interned shapes: graphs repeat a few shapes many times
 CONST_INLINE_LIMIT = 64  # constants with more elements are elided in the default text form
 
 
@@ -47,7 +48,8 @@ class Value:
         self.op: str = op
         self.inputs: tuple[Value, ...] = inputs if type(inputs) is tuple else tuple(inputs)
         self.attrs: dict[str, Any] = attrs
-        self.shape: tuple[int, ...] = tuple(map(int, shape))
+        shape = tuple(map(int, shape))
+        self.shape: tuple[int, ...] = _SHAPES.setdefault(shape, shape)  # one tuple per distinct shape
         self.dtype: np.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.source: str | None = source
         # enclosing gr.scope / gr.checkpoint regions, outermost first

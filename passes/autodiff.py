@@ -16,7 +16,7 @@ from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.ops import add, zeros
 from gradir.primitive import get_primitive
-from gradir.trace import bind, building, constant, source_of
+from gradir.trace import building, source_of
 
 
 def needs_grad(graph: Graph, wrt: list[int]) -> set[Value]:
@@ -58,10 +58,9 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
         env[x] = joint.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
     cts = [joint.add_input(o.shape, o.dtype, f"ct{k}") for k, o in enumerate(graph.outputs)]
     with building(joint):
-        for n in graph.nodes:
-            with source_of(n.source, n.scope):
-                env[n] = constant(n.attrs["value"]) if n.op == "const" else \
-                    bind(n.op, *[env[i] for i in n.inputs], **n.attrs)
+        append = joint.append
+        for n in graph.nodes:  # the forward part: a copy (every node's type is known already)
+            env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source, n.scope)
         contributions: dict[Value, list[Value]] = {}
         for o, ct in zip(graph.outputs, cts):
             if o in live:

@@ -14,22 +14,44 @@ from gradir.trace import bind, building, constant, current_graph, source_of
 FOLD_LIMIT = 64  # fold all-constant nodes whose result has at most this many elements
 
 
-def _rebuild(graph: Graph, rewrite) -> Graph:
-    """Copy `graph` node by node; `rewrite(node, operands)` returns a replacement value, or None to
-    copy the node unchanged. Inside `rewrite`, ops record into the new graph."""
+def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = False) -> Graph:
+    """Copy `graph` node by node; `rewrite(node, operands)` returns a replacement value, DROP, or None
+    to copy the node unchanged. With `records`, ops recorded inside `rewrite` go into the new graph,
+    attributed to the node's source line and scope. A `stateless` rewrite (one whose answer depends on
+    the node and operands alone) is first tried on the graph as it is: if it changes nothing, the graph
+    is returned unchanged instead of copied."""
+    k = 0
+    if stateless:
+        def changes(n):
+            with source_of(n.source, n.scope):
+                return rewrite(n, list(n.inputs)) is not None
+
+        with building(graph), building(Graph(graph.name)):  # what a tried rewrite records goes to a scratch graph
+            k = next((k for k, n in enumerate(graph.nodes) if changes(n)), None)
+        if k is None:
+            return graph
     out = Graph(graph.name).copy_bookkeeping(graph)
     env: dict[Value, Value] = {}
     for x in graph.inputs:
         env[x] = out.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
+    append = out.append
     with building(out):
-        for n in graph.nodes:
-            if any(i not in env for i in n.inputs):
-                continue  # dropped by dce
-            operands = [env[i] for i in n.inputs]
-            with source_of(n.source, n.scope):
+        for n in graph.nodes[:k]:
+            env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source, n.scope)
+        for n in graph.nodes[k:]:
+            try:
+                operands = [env[i] for i in n.inputs]
+            except KeyError:
+                continue  # an operand was dropped
+            if records:
+                with source_of(n.source, n.scope):
+                    new = rewrite(n, operands)
+            else:
                 new = rewrite(n, operands)
-            if new is not DROP:
-                env[n] = new if new is not None else out.append(n.op, operands, n.attrs, n.shape, n.dtype, n.source, n.scope)
+            if new is None:
+                env[n] = append(n.op, tuple(operands), n.attrs, n.shape, n.dtype, n.source, n.scope)
+            elif new is not DROP:
+                env[n] = new
     out.outputs = [env[o] for o in graph.outputs]
     return out
 
@@ -43,7 +65,9 @@ def dce(graph: Graph) -> Graph:
     for n in reversed(graph.nodes):
         if n in live:
             live.update(n.inputs)
-    return _rebuild(graph, lambda n, ops: None if n in live else DROP)
+    if all(n in live for n in graph.nodes):
+        return graph  # nothing to drop
+    return _rebuild(graph, lambda n, ops: None if n in live else DROP, records=False)
 
 
 def _const_key(v: Value):
@@ -51,21 +75,25 @@ def _const_key(v: Value):
     return (a.dtype.str, a.shape, a.tobytes())
 
 
-def _attr_key(attrs: dict):
-    return tuple(sorted((k, repr(a)) for k, a in attrs.items()))
-
-
 def cse(graph: Graph) -> Graph:
     """Merge nodes with the same op, operands and attributes (constants by value)."""
     seen: dict = {}
+    attr_keys: dict[int, tuple] = {}  # by the attrs dict's id: copies of a graph share their nodes' dicts
 
     def rewrite(n, operands):
-        key = ("const", _const_key(n)) if n.op == "const" else \
-            (n.op, tuple(o.uid for o in operands), _attr_key(n.attrs), n.scope)  # scope: keep recomputation apart
-        if key not in seen:
-            seen[key] = current_graph().append(n.op, operands, n.attrs, n.shape, n.dtype, n.source, n.scope)
-        return seen[key]
-    return _rebuild(graph, rewrite)
+        if n.op == "const":
+            key = ("const", _const_key(n))
+        else:
+            attrs = n.attrs
+            akey = attr_keys.get(id(attrs))
+            if akey is None:
+                akey = attr_keys[id(attrs)] = tuple(sorted((k, repr(a)) for k, a in attrs.items()))
+            key = (n.op, tuple([o.uid for o in operands]), akey, n.scope)  # scope: keep recomputation apart
+        value = seen.get(key)
+        if value is None:
+            value = seen[key] = current_graph().append(n.op, tuple(operands), n.attrs, n.shape, n.dtype, n.source, n.scope)
+        return value
+    return _rebuild(graph, rewrite, records=False)
 
 
 def _scalar_const(v: Value):
@@ -130,7 +158,7 @@ def simplify(graph: Graph) -> Graph:
             value = bind(op, *[o.attrs["value"] for o in ops], **n.attrs)
             return constant(value)
         return None
-    return _rebuild(graph, rewrite)
+    return _rebuild(graph, rewrite, stateless=True)
 
 
 def cleanup(graph: Graph, verify: bool = True) -> Graph:
