@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from gradir import dtypes
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import c_strides, view_strides
-from gradir.passes.memory import GREEDY_ORDERS, Buffer, best_fit, greedy_by_size
+from gradir.passes.memory import GREEDY_ORDERS, Buffer, best_fit, greedy_by_size, overlapping_pairs, overlaps
 from gradir.passes.report import human_bytes
 
 LOOP, MATMUL, SCATTER, NUMPY = "loop", "matmul", "scatter", "numpy"
@@ -50,7 +50,7 @@ ELEMENTWISE = frozenset({  # the elementwise primitives compiled backends lower 
     "where", "convert"})
 ALIGN = 64  # arena buffers start at multiples of this (a cache line; every dtype's alignment)
 MAX_KERNEL_NODES = 64  # a longer chain starts a new kernel: LLVM's optimizer is superlinear in a loop body's size
-GREEDY_LIMIT = 2000  # buffers up to which the (quadratic) greedy placements are tried besides best fit
+GREEDY_PAIRS = 100_000  # buffers alive together up to which greedy placements are tried besides best fit (their cost)
 LOWERED_DTYPES = frozenset({dtypes.float64, dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.int64,
                             dtypes.int32, dtypes.bool_})
 
@@ -411,7 +411,7 @@ def _assign_passes(k: Kernel) -> None:
         if n in k.copies:
             k.passes[n] = 0
             continue
-        ins = [_producer(k, u) for u in n.inputs]
+        ins = [in_kernel_value(k, u) for u in n.inputs]
         ins = [p for p in ins if p is not None]
         reduction = n.op in REDUCTIONS or n.op in ARG_REDUCTIONS
         if k.is_row(n) and not reduction:
@@ -426,7 +426,7 @@ def _assign_passes(k: Kernel) -> None:
                               default=0)
 
 
-def _producer(k: Kernel, u: Value) -> Value | None:
+def in_kernel_value(k: Kernel, u: Value) -> Value | None:
     """The in-kernel value operand `u` is (through in-register views), or None if it is read from memory."""
     while u not in k.maps and u.op in VIEWS:
         u = u.inputs[0]
@@ -450,7 +450,7 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
         if n is k.transposed:
             return []
         if k.kind == LOOP:
-            return [u for u in n.inputs if _producer(k, u) is None]
+            return [u for u in n.inputs if in_kernel_value(k, u) is None]
         return list(n.inputs)
 
     # graph outputs that are views, inputs, constants or already returned: a copy loop writes them
@@ -515,16 +515,21 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             for v in sorted(materialized - set(outputs_done), key=place.__getitem__)]
     arena = best_fit(bufs, len(kernels))
     best = {b.value: b.offset for b in bufs}
-    for order in GREEDY_ORDERS.values() if len(bufs) <= GREEDY_LIMIT else ():  # keep the tightest placement
-        size = greedy_by_size(bufs, order)
+    near = overlaps(bufs) if overlapping_pairs(bufs) <= GREEDY_PAIRS else None
+    for order in GREEDY_ORDERS.values() if near is not None else ():  # keep the tightest placement
+        size = greedy_by_size(bufs, order, near)
         if size < arena:
             arena, best = size, {b.value: b.offset for b in bufs}
     for b in bufs:
         b.offset = best[b.value]
-    live = [0] * len(kernels)
+    delta = [0] * (len(kernels) + 1)  # live bytes per kernel: +nbytes where a buffer starts, - after it ends
     for b in bufs:
-        for t in range(b.start, b.end + 1):
-            live[t] += b.nbytes
+        delta[b.start] += b.nbytes
+        delta[b.end + 1] -= b.nbytes
+    live, running = [], 0
+    for d in delta[:-1]:
+        running += d
+        live.append(running)
     returned: list[Value | None] = [None] * len(graph.outputs)
     for v, pos in outputs_done.items():
         returned[pos] = v

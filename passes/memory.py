@@ -203,27 +203,60 @@ def best_fit(bufs: list[Buffer], steps: int) -> int:
     for b in bufs:
         by_start.setdefault(b.start, []).append(b)
         by_end.setdefault(b.end, []).append(b)
-    free: list[tuple[int, int]] = []  # (offset, size) gaps, sorted by offset
+    free = _Gaps()
     top = 0
     for t in range(steps):
         for b in sorted(by_start.get(t, ()), key=lambda b: -b.nbytes):
-            fits = [(size, off) for off, size in free if size >= b.nbytes]
-            if fits:
-                size, off = min(fits)
-                free.remove((off, size))
+            i = bisect.bisect_left(free.by_size, (b.nbytes, -1))
+            if i < len(free.by_size):  # the smallest gap that fits (the lowest, among equal sizes)
+                size, off = free.by_size[i]
+                free.remove(off, size)
                 if size > b.nbytes:
-                    bisect.insort(free, (off + b.nbytes, size - b.nbytes))
+                    free.insert(off + b.nbytes, size - b.nbytes)
                 b.offset = off
             else:
-                if free and free[-1][0] + free[-1][1] == top:  # extend the gap at the top
-                    off, size = free.pop()
+                if free.by_offset and sum(free.by_offset[-1]) == top:  # extend the gap at the top
+                    off, size = free.by_offset[-1]
+                    free.remove(off, size)
                     b.offset, top = off, off + b.nbytes
                 else:
                     b.offset, top = top, top + b.nbytes
         for b in by_end.get(t, ()):
             if b.end < steps - 1 or steps == 0:
-                _release(free, b.offset, b.nbytes)
+                free.release(b.offset, b.nbytes)
     return top
+
+
+class _Gaps:
+    """best_fit's free gaps, sorted by offset (to merge neighbours) and by size (to find the best fit)."""
+
+    def __init__(self):
+        self.by_offset: list[tuple[int, int]] = []  # (offset, size)
+        self.by_size: list[tuple[int, int]] = []    # (size, offset)
+
+    def insert(self, off: int, size: int) -> None:
+        bisect.insort(self.by_offset, (off, size))
+        bisect.insort(self.by_size, (size, off))
+
+    def remove(self, off: int, size: int) -> None:
+        del self.by_offset[bisect.bisect_left(self.by_offset, (off, size))]
+        del self.by_size[bisect.bisect_left(self.by_size, (size, off))]
+
+    def release(self, off: int, size: int) -> None:
+        """Free [off, off + size), merged with the gaps on either side."""
+        if size == 0:
+            return
+        gaps = self.by_offset
+        i = bisect.bisect(gaps, (off, size))
+        if i < len(gaps) and off + size == gaps[i][0]:  # merge with the gap after
+            after = gaps[i]
+            self.remove(*after)
+            size += after[1]
+        if i > 0 and sum(gaps[i - 1]) == off:  # and the gap before
+            before = gaps[i - 1]
+            self.remove(*before)
+            off, size = before[0], size + before[1]
+        self.insert(off, size)
 
 
 GREEDY_ORDERS = {  # the orders greedy placement tries (ties between equal sizes decide a lot)
@@ -233,33 +266,44 @@ GREEDY_ORDERS = {  # the orders greedy placement tries (ties between equal sizes
 }
 
 
-def greedy_by_size(bufs: list[Buffer], order=GREEDY_ORDERS["size, then start"]) -> int:
+def overlapping_pairs(bufs: list[Buffer]) -> int:
+    """How many pairs of buffers are alive at the same time (greedy_by_size's work), in O(n log n)."""
+    ends = sorted(b.end for b in bufs)
+    # the buffers that started earlier, less those that ended before this one starts
+    return sum(i - bisect.bisect_left(ends, b.start) for i, b in enumerate(sorted(bufs, key=lambda b: b.start)))
+
+
+def overlaps(bufs: list[Buffer]) -> list[list[int]]:
+    """For each buffer, the positions of the others alive at the same time: a sweep in O(n log n + pairs)."""
+    near: list[list[int]] = [[] for _ in bufs]
+    active: list[int] = []
+    for i in sorted(range(len(bufs)), key=lambda i: bufs[i].start):
+        start = bufs[i].start
+        active = [j for j in active if bufs[j].end >= start]  # each dropped once, each kept one is a pair
+        for j in active:
+            near[i].append(j)
+            near[j].append(i)
+        active.append(i)
+    return near
+
+
+def greedy_by_size(bufs: list[Buffer], order=GREEDY_ORDERS["size, then start"], near: list[list[int]] | None = None) -> int:
     """Place buffers in `order` (largest first), each at the lowest offset that clears every placed
     buffer alive at the same time (TFLite's greedy-by-size). Often reaches the peak where best fit
-    fragments; sets offsets and returns the arena size. Quadratic in the number of buffers."""
-    placed: list[Buffer] = []
+    fragments; sets offsets and returns the arena size. `near` is `overlaps(bufs)` (computed if not
+    given); the work is O(pairs log pairs) in the overlapping pairs (`overlapping_pairs`)."""
+    near = overlaps(bufs) if near is None else near
+    placed = [False] * len(bufs)
     top = 0
-    for b in sorted(bufs, key=order):
+    for i in sorted(range(len(bufs)), key=lambda i: order(bufs[i])):
+        b = bufs[i]
         offset = 0
-        for other in sorted((o for o in placed if o.overlaps(b)), key=lambda o: o.offset):
+        # equal offsets in any order give the same result: the gap search takes the furthest end among them
+        for other in sorted((bufs[j] for j in near[i] if placed[j]), key=lambda o: o.offset):
             if offset + b.nbytes <= other.offset:
                 break
             offset = max(offset, other.offset + other.nbytes)
         b.offset = offset
         top = max(top, offset + b.nbytes)
-        placed.append(b)
+        placed[i] = True
     return top
-
-
-def _release(free: list[tuple[int, int]], off: int, size: int):
-    if size == 0:
-        return
-    i = bisect.bisect(free, (off, size))
-    if i < len(free) and off + size == free[i][0]:  # merge with the gap after
-        size += free.pop(i)[1]
-    if i > 0 and free[i - 1][0] + free[i - 1][1] == off:  # and the gap before
-        off, prev = free.pop(i - 1)
-        size += prev
-        off = off
-        i -= 1
-    bisect.insort(free, (off, size))

@@ -10,10 +10,14 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
 
 import gradir as gr
 from gradir.backends.llvm import backend as llvm_backend
+from gradir.backends.llvm.codegen import ModuleBuilder
 from gradir.errors import ExecutionError
+from tests.random_programs import make_inputs, programs
+from tests.random_programs import run as run_program
 
 RNG = np.random.default_rng(0)
 
@@ -248,3 +252,109 @@ def test_a_reused_input_is_rechecked_and_big_outputs_do_not_share_memory():
     out, total = g(big)
     assert out.base is None or out.base.nbytes == out.nbytes  # its own allocation, not a shared block
     assert total == 90000.0
+
+
+# -- kernels of the same structure share one compiled function ------------------------------------
+
+def emitted_alone(program, k) -> str:
+    """Kernel k's LLVM function emitted on its own, under a fixed name (what it would compile to unshared)."""
+    return str(ModuleBuilder(program, [], []).kernel_function(k, name="kernel"))
+
+
+def assert_sharing_is_exact(compiled) -> dict[int, list]:
+    """Every group of kernels that share a function emits the same code when each is emitted on its own;
+    returns the groups (function number -> kernels)."""
+    groups: dict[int, list] = {}
+    for k in compiled.program.kernels:
+        if k.index in compiled.function_of:
+            groups.setdefault(compiled.function_of[k.index], []).append(k)
+    for members in groups.values():
+        first = emitted_alone(compiled.program, members[0])
+        for k in members[1:]:
+            assert emitted_alone(compiled.program, k) == first, (members[0].name, k.name)
+    return groups
+
+
+def chain(x, n=200):
+    for _ in range(n):
+        x = gr.tanh(x) * 0.9 + 0.1
+    return gr.sum(x)
+
+
+def test_an_unrolled_loop_compiles_each_distinct_kernel_once():
+    x = np.linspace(-1, 1, 8)
+    ref, got, c = both(gr.value_and_grad(chain), x)
+    assert_same(got, ref)
+    compiled = c.executable(x)
+    groups = assert_sharing_is_exact(compiled)
+    # 200 iterations forward and backward, in kernels of up to 64 nodes: a handful of distinct bodies
+    assert len(compiled.program.kernels) >= 20 and len(groups) <= 8
+    assert compiled.module_ir.count("define internal i32 @") == len(groups)
+    assert len(compiled.profile(x)) == len(compiled.program.kernels)
+
+
+def deep_mlp(ws, x):
+    h = x
+    for w in ws:
+        h = h + gr.tanh(h @ w) * 0.5
+    return gr.sum(h * h)
+
+
+def test_identical_network_blocks_share_code_and_compute_their_own_values():
+    ws = [RNG.standard_normal((4, 4)) * 0.3 for _ in range(12)]
+    x = RNG.standard_normal((3, 4))
+    ref, got, c = both(gr.value_and_grad(deep_mlp), ws, x)
+    assert_same(got[0], ref[0])
+    for g, w in zip(got[1], ref[1]):
+        assert_same(g, w, rtol=1e-11)
+    groups = assert_sharing_is_exact(c.executable(ws, x))
+    assert max(len(m) for m in groups.values()) >= 10  # the 12 blocks' kernels, compiled once
+
+
+SLICES = {"offset": (lambda x: x[:, 0:4], lambda x: x[:, 4:8]),
+          "stride": (lambda x: x[:, 0:4], lambda x: x[:, 0:8:2]),
+          "transpose": (lambda x: x[:, 0:4], lambda x: gr.transpose(x[0:4, 0:2].reshape(2, 4))),
+          "constant": (lambda x: x[:, 0:4] * 0.5, lambda x: x[:, 0:4] * 0.25),
+          "signed zero": (lambda x: gr.where(x[:, 0:4] > 0, x[:, 0:4], 0.0),
+                          lambda x: gr.where(x[:, 0:4] > 0, x[:, 0:4], -0.0)),
+          "dtype": (lambda x: x[:, 0:4], lambda x: x[:, 0:4].astype(np.float32)),
+          "same": (lambda x: x[:, 0:4], lambda x: x[:, 0:4])}
+
+
+@pytest.mark.parametrize("field", sorted(SLICES))
+def test_kernels_differing_in_one_field_do_not_share_code(field):
+    a, b = SLICES[field]
+
+    def f(x, y, w):  # two tanh kernels on two inputs, kept apart by the product between them
+        return gr.tanh(a(x)) @ w, gr.tanh(b(y))
+    x, y, w = RNG.standard_normal((4, 8)), RNG.standard_normal((4, 8)), RNG.standard_normal((4, 4))
+    x[0, :4], y[0, :4] = -np.abs(x[0, :4]), -np.abs(y[0, :4])  # zeros from `where`, whose sign must survive
+    ref, got, c = both(f, x, y, w)
+    for g, r in zip(got, ref):
+        assert_same(g, r, rtol=1e-6 if field == "dtype" else 1e-12)
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(r))
+    compiled = c.executable(x, y, w)
+    first, second = (k for k in compiled.program.kernels if any(n.op == "tanh" for n in k.nodes))
+    shared = compiled.function_of[first.index] == compiled.function_of[second.index]
+    assert shared == (field == "same")
+    assert shared == (emitted_alone(compiled.program, first) == emitted_alone(compiled.program, second))
+
+
+@settings(max_examples=25, deadline=None)
+@given(programs(max_steps=6))
+@example(([(), (2, 3)], [("reduce", "mean", (1,), (1, False)), ("binary", "add", (1, 0), None)]))  # two accumulators
+def test_random_programs_repeated_share_code_exactly(program):
+    shapes, steps = program
+    xs = make_inputs(shapes, seed=len(steps)) + make_inputs(shapes, seed=len(steps) + 1)
+    n = len(shapes)
+
+    def f(*a):  # the same program on two sets of inputs: every kernel has a twin reading other buffers
+        return run_program(steps, a[:n], "gr") + run_program(steps, a[n:], "gr") * 0.5
+    f = gr.value_and_grad(f, argnums=tuple(range(2 * n)))
+    want = gr.compile(f, backend="numpy")(*xs)
+    c = gr.compile(f, backend="llvm")
+    got = c(*xs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+    assert_sharing_is_exact(c.executable(*xs))

@@ -34,10 +34,10 @@ from gradir.primitive import get_primitive
 from . import jit
 from .codegen import ModuleBuilder
 
-_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 ALIGN = 64
 OWN_OUTPUT_BYTES = 1 << 16  # outputs at least this big get their own allocation
-JIT_VERSION = "1"  # part of the disk cache key: bump when jit.py's pipeline or codegen's conventions change
+JIT_VERSION = "2"  # part of the disk cache key: bump when jit.py's pipeline or codegen's conventions change
 CACHE_MAGIC = b"gradir llvm object v1\n"
 
 
@@ -119,10 +119,15 @@ class LLVMCompiled:
         steps = _segments(p)
         compiled = [s for s in steps if isinstance(s, list)]
         mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts)
-        self.module_ir = str(mb.build(compiled))
+        self.module_ir = str(mb.build([k for s in compiled for k in s]))
         self.jit, self.origin = load_module(self.module_ir)
-        drivers = iter(_DRIVER(self.jit.address(f"gradir_run_{i}")) for i in range(len(compiled)))
-        self.steps = [next(drivers) if isinstance(s, list) else s for s in steps]
+        self._driver = _DRIVER(self.jit.address("gradir_run"))
+        self._table = mb.table
+        # a compiled segment runs as (its kernels, its table); a NumPy fallback kernel as itself
+        self.steps = [(s, mb.table(s)) if isinstance(s, list) else s for s in steps]
+        self._failed = np.zeros(1, np.int64)
+        self.function_of = mb.function_of  # kernel index -> its function (kernels of one structure share one)
+        self.functions = [k.name for k in mb.functions]
         self.num_slots = mb.num_slots
         self.slot = mb.slot
         self.arena_slot = mb.arena_slot
@@ -199,10 +204,11 @@ class LLVMCompiled:
         for j in self._own_outputs:
             slots[self._out_slots[j]] = outs[j].ctypes.data
         for step in self.steps:
-            if isinstance(step, _DRIVER):
-                status = step(self._slots_ptr)
+            if isinstance(step, tuple):
+                kernels, table = step
+                status = self._driver(self._slots_ptr, table.ctypes.data, len(kernels), self._failed.ctypes.data)
                 if status:
-                    self._fail(status, ins)
+                    self._fail(kernels[int(self._failed[0])].nodes[status - 1], ins)
             else:
                 self._run_numpy(step, ins, outs)
         for pos, i in self.program.passthrough:
@@ -222,9 +228,9 @@ class LLVMCompiled:
         for k in self.program.kernels:
             if k.kind == NUMPY:
                 run = lambda k=k: self._run_numpy(k, self._last_inputs, outs)
-            else:
-                fn = _DRIVER(self.jit.address(f"gradir_kernel_{k.index}"))
-                run = lambda fn=fn: fn(self._slots_ptr)
+            else:  # the driver, on a table of this one kernel
+                table = self._table([k])
+                run = lambda t=table: self._driver(self._slots_ptr, t.ctypes.data, 1, self._failed.ctypes.data)
             samples = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
@@ -260,15 +266,12 @@ class LLVMCompiled:
             raise ExecutionError(f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
         self._array(n, ins, outs)[...] = np.asarray(result, dtype=n.dtype)
 
-    def _fail(self, status: int, ins) -> None:
-        """A kernel found bad input: the NumPy reference raises the located error for the same inputs."""
+    def _fail(self, node: Value, ins) -> None:
+        """Node `node` found bad input: the NumPy reference raises the located error for the same inputs."""
         from gradir.backends.numpy_backend import run
 
         run(self.graph, ins)
-        values = self.graph.all_values()  # the code is the node's position in the graph + 1
-        node = values[status - 1] if 0 < status <= len(values) else None
-        raise ExecutionError("index out of range", op=node.op if node is not None else None,
-                             source=node.source if node is not None else None)
+        raise ExecutionError("index out of range", op=node.op, source=node.source)
 
 
 def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None) -> LLVMCompiled:

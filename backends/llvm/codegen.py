@@ -1,10 +1,14 @@
-"""LLVM IR for a fused program: one function per kernel, one driver per run of consecutive kernels.
+"""LLVM IR for a fused program: one function per distinct kernel, and one driver that runs a table.
 
 Every shape is static, so each kernel is a loop nest with constant trip counts and constant
-strides; the driver `gradir_run_<segment>(i8** slots)` calls the kernels of one segment in order and
-returns 0, or the code of the node that found bad input (an out-of-range index: the caller re-runs
-the NumPy reference to raise the located error). Slots are the caller's arrays: graph inputs,
-outputs, array constants, then the arena, at the offsets the fused program planned.
+strides, taking its buffers as pointer parameters. Kernels with the same structure (sharing.py:
+an unrolled loop's iterations, a deep network's blocks) share one function, so the code compiled
+grows with the number of distinct kernels, not with the program. The driver
+`gradir_run(i8** slots, i64* table, i64 steps, i64* failed)` runs a *table* the backend builds (per
+kernel: its function, then a slot and byte offset per pointer parameter), and returns 0, or the
+code of the node that found bad input (an out-of-range index: the caller re-runs the NumPy
+reference to raise the located error). Slots are the caller's arrays: graph inputs, outputs, array
+constants, then the arena, at the offsets the fused program planned.
 
 Values are computed in registers of a *compute type*: double for float64, float for float32 and
 for float16/bfloat16 (loaded and stored with conversions, and rounded after every op so results
@@ -22,9 +26,10 @@ from gradir import dtypes
 from gradir.dtypes import is_float
 from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, VIEWS, FusedProgram, Kernel
+from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, FusedProgram, Kernel, in_kernel_value
 
 from . import mathlib
+from .sharing import kernel_params, share
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -47,7 +52,6 @@ class ModuleBuilder:
     def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value]):
         self.program = program
         self.module = ir.Module(name=program.graph.name)
-        self.positions = {v: i for i, v in enumerate(program.graph.all_values())}  # a node's error code - 1
         g = program.graph
         # slots: inputs, outputs, array constants, arena
         self.slot: dict[Value, int] = {x: i for i, x in enumerate(g.inputs)}
@@ -60,6 +64,9 @@ class ModuleBuilder:
         self.arena_slot = base + len(const_values)
         self.num_slots = self.arena_slot + 1
         self._blas: dict[str, ir.Function] = {}
+        self.function_of: dict[int, int] = {}  # kernel index -> the number of the function that runs it
+        self.functions: list[Kernel] = []      # per function, the kernel it was emitted from
+        self.params: dict[int, list[Value]] = {}  # kernel index -> its buffers (kernel_params)
 
     # storage of a value's owner: (slot, byte offset)
     def owner_location(self, owner: Value) -> tuple[int, int]:
@@ -67,62 +74,90 @@ class ModuleBuilder:
             return self.slot[owner], 0
         return self.arena_slot, self.program.arena_offsets[owner]
 
-    def build(self, segments: list[list[Kernel]]) -> ir.Module:
-        for k in self.program.kernels:
-            if k.kind != NUMPY:
-                self.kernel_function(k)
-        for s, kernels in enumerate(segments):
-            self.driver(f"gradir_run_{s}", kernels)
-        for k in self.program.kernels:  # one entry per kernel too, for timing kernels one by one
-            if k.kind != NUMPY:
-                self.driver(f"gradir_kernel_{k.index}", [k])
+    def build(self, kernels: list[Kernel]) -> ir.Module:
+        """One function per distinct kernel (sharing.share) and the driver `gradir_run` that runs a table."""
+        kernels = [k for k in kernels if k.kind != NUMPY]
+        self.params = {k.index: kernel_params(k, self.program) for k in kernels}
+        self.function_of, self.functions = share(kernels, self.program, self.params)
+        for k in self.functions:
+            self.kernel_function(k)
+        self.driver()
         return self.module
 
     def kernel_params(self, k: Kernel) -> list[Value]:
         """The distinct buffers kernel k touches: owners of what it reads, then what it writes."""
-        owners: list[Value] = []
-        seen = set()
-        for u in k.inputs:
-            o = self.program.access[u].owner
-            if o not in seen:
-                seen.add(o)
-                owners.append(o)
-        for v in k.stored:
-            o = self.program.access[v].owner
-            if o not in seen:
-                seen.add(o)
-                owners.append(o)
-        return owners
+        params = self.params.get(k.index)
+        return kernel_params(k, self.program) if params is None else params
 
-    def kernel_function(self, k: Kernel) -> ir.Function:
+    def kernel_function(self, k: Kernel, name: str | None = None) -> ir.Function:
+        """Emit kernel k as function `name` (default k.name), its buffers as noalias pointer parameters."""
         params = self.kernel_params(k)
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(params)), name=k.name)
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(params)), name=name or k.name)
         fn.linkage = "internal"
-        fn.attributes.add("noinline")  # each kernel compiled once, called by the driver and its profiling entry
+        fn.attributes.add("noinline")  # compiled once, called from every place of the driver's table it runs
         for a in fn.args:
             a.add_attribute("noalias")
         emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel}[k.kind]
         emit(self, k, fn, dict(zip(params, fn.args))).emit()
         return fn
 
-    def driver(self, name: str, kernels: list[Kernel]) -> None:
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=name)
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        slots = fn.args[0]
-        loaded: dict[int, ir.Value] = {}
-
-        def pointer(owner):
-            slot, offset = self.owner_location(owner)
-            if slot not in loaded:
-                loaded[slot] = b.load(b.gep(slots, [ir.Constant(I64, slot)], source_etype=PTR), typ=PTR)
-            return b.gep(loaded[slot], [ir.Constant(I64, offset)], source_etype=I8) if offset else loaded[slot]
-
+    def table(self, kernels: list[Kernel]) -> np.ndarray:
+        """The driver's program for running `kernels` in order: per kernel, its function number, then
+        (slot, byte offset) per parameter (int64s)."""
+        out: list[int] = []
         for k in kernels:
-            callee = self.module.get_global(k.name)
-            status = b.call(callee, [pointer(o) for o in self.kernel_params(k)])
-            failed = b.icmp_signed("!=", status, ir.Constant(I32, 0))
-            with b.if_then(failed, likely=False):
-                b.ret(status)
+            out.append(self.function_of[k.index])
+            for o in self.kernel_params(k):
+                out.extend(self.owner_location(o))
+        return np.array(out, np.int64)
+
+    def driver(self) -> None:
+        """`i32 gradir_run(i8** slots, i64* table, i64 steps, i64* failed)`: for each of `steps` table
+        entries, call its function with pointers slots[slot] + offset; on a nonzero status, store the
+        step in *failed and return the status (the failing node's position in its kernel, + 1)."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR, I64, PTR]), name="gradir_run")
+        slots, table, steps, failed = fn.args
+        entry, loop = fn.append_basic_block("entry"), fn.append_basic_block("step")
+        after, done = fn.append_basic_block("called"), fn.append_basic_block("done")
+        stop, more = fn.append_basic_block("failed"), fn.append_basic_block("next")
+        bad = fn.append_basic_block("bad_function")
+        b = ir.IRBuilder(entry)
+        b.cbranch(b.icmp_signed(">", steps, ir.Constant(I64, 0)), loop, done)
+        b.position_at_end(loop)
+        s, pos = b.phi(I64, name="s"), b.phi(I64, name="pos")
+        s.add_incoming(ir.Constant(I64, 0), entry)
+        pos.add_incoming(ir.Constant(I64, 0), entry)
+        word = lambda i: b.load(b.gep(table, [b.add(pos, ir.Constant(I64, i))], source_etype=I64), typ=I64)
+        switch = b.switch(word(0), bad)
+        status, width = [], []
+        for f, k in enumerate(self.functions):
+            case = fn.append_basic_block(f"f{f}")
+            switch.add_case(ir.Constant(I64, f), case)
+            b.position_at_end(case)
+            args = []
+            for j in range(len(self.kernel_params(k))):
+                base = b.load(b.gep(slots, [word(1 + 2 * j)], source_etype=PTR), typ=PTR)
+                args.append(b.gep(base, [word(2 + 2 * j)], source_etype=I8))
+            status.append((b.call(self.module.get_global(k.name), args), case))
+            width.append((ir.Constant(I64, 1 + 2 * len(args)), case))
+            b.branch(after)
+        b.position_at_end(bad)
+        b.unreachable()
+        b.position_at_end(after)
+        st, wd = b.phi(I32, name="status"), b.phi(I64, name="width")
+        for (v, blk), (w, _) in zip(status, width):
+            st.add_incoming(v, blk)
+            wd.add_incoming(w, blk)
+        nxt, moved = b.add(s, ir.Constant(I64, 1)), b.add(pos, wd)
+        b.cbranch(b.icmp_signed("!=", st, ir.Constant(I32, 0)), stop, more)
+        b.position_at_end(stop)
+        b.store(s, failed)
+        b.ret(st)
+        b.position_at_end(more)
+        s.add_incoming(nxt, more)
+        pos.add_incoming(moved, more)
+        b.cbranch(b.icmp_signed("<", nxt, steps), loop, done)
+        b.position_at_end(done)
         b.ret(ir.Constant(I32, 0))
 
     def blas(self, name: str) -> ir.Function:
@@ -201,7 +236,8 @@ class Emitter:
 
     def flag_error(self, bad: ir.Value, node: Value) -> None:
         """Record (branch-free) that `node` met bad input; the kernel returns its code at the end."""
-        code = ir.Constant(I32, self.mb.positions[node] + 1)  # the node's position in the graph, + 1
+        # the node's position in its kernel, + 1: kernels sharing code share codes; the caller maps them back
+        code = ir.Constant(I32, next(i for i, n in enumerate(self.k.nodes) if n is node) + 1)
         old = self.b.load(self.err, typ=I32)
         self.b.store(self.b.select(bad, code, old), self.err)
 
@@ -407,8 +443,9 @@ class LoopKernel(Emitter):
         self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
                           and n not in k.accumulated}
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
-        for n in k.accumulated:  # memory accumulators start at the reduction's identity
-            self.fill(n, reduction_identity(n.op, n.dtype))
+        for n in k.nodes:  # memory accumulators start at the reduction's identity (in node order: a set's
+            if n in k.accumulated:  # order would change the IR text, and so the disk cache's key, run to run)
+                self.fill(n, reduction_identity(n.op, n.dtype))
         loops = [self.loop_begin(size, f"o{g[0]}") for g, size in self.groups_outer]
         for (g, _), lp in zip(self.groups_outer, loops):
             self.coords[g[0]] = lp.index
@@ -485,10 +522,7 @@ class LoopKernel(Emitter):
         return self.producer(u) is None
 
     def producer(self, u: Value) -> Value | None:
-        k = self.k
-        while u not in k.maps and u.op in VIEWS:
-            u = u.inputs[0]
-        return u if u in k.maps else None
+        return in_kernel_value(self.k, u)
 
     def index(self, strides_by_domain: list[int], offset: int = 0) -> ir.Value:
         """offset + sum of loop index * stride over merged groups (each group's stride is its last axis's)."""
