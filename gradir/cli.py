@@ -20,7 +20,7 @@ import decimal
 import importlib.machinery
 import importlib.util
 import inspect
-import json
+import io
 import re
 import sys
 import traceback
@@ -36,6 +36,7 @@ from rich.table import Table
 
 import gradir as gr
 from gradir import dtypes
+from gradir.cli_reports import FORMATS, View, as_json, check_format, emit
 from gradir.errors import GradirError, ModelFileError
 from gradir.outfolder import OutputFolder, check_writable
 from gradir.passes.remat import POLICIES as REMAT_POLICIES
@@ -245,12 +246,19 @@ def _type_of(x) -> str:
     return f"{dtypes.short(dt)}[{','.join(map(str, a.shape))}]"
 
 
-def _print_ir(console: Console, title: str, graph: gr.Graph, full: bool):
+def _print_ir(console: Console, title: str, graph: gr.Graph, full: bool, view: View | None = None):
     console.rule(title, style="cyan")
-    console.out(graph.to_text(full=full), highlight=False)  # verbatim: no markup, emoji or wrapping
+    text = graph.to_text(full=full)
+    _out(console, view.listing(text) if view else text)
 
 
-def _summary(console: Console, t: Target, j) -> None:
+def _out(console: Console, text: str) -> None:
+    """`text` verbatim (no markup, emoji or wrapping), straight to the console's file: rich's own
+    rendering of a long text takes seconds."""
+    console.file.write(text + "\n")
+
+
+def _summary(console: Console, t: Target, j, view: View) -> None:
     saved = j.saved
     names = _arg_names(t.fn, len(t.args))
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -265,10 +273,11 @@ def _summary(console: Console, t: Target, j) -> None:
     table.add_row("backward", f"{len(j.backward.nodes)} nodes, {len(j.backward.outputs)} gradients")
     inputs = sum(1 for e in saved.entries if e.kind == "input")
     table.add_row("saved for backward", f"{saved.count} values: {inputs} inputs (no new memory) + "
-                                        f"{saved.count - inputs} computed, {_human_bytes(saved.bytes)} new memory")
+                                        f"{saved.count - inputs} computed, {_human_bytes(saved.bytes)} new memory "
+                                        f"({_human_bytes(saved.total_bytes)} read by backward)")
     console.rule("summary", style="cyan")
     console.print(table, markup=False, highlight=False)
-    console.print(saved.table())
+    _out(console, view.report(saved, title=False))  # the summary's line is its title
 
 
 def _plan_summary(console: Console, j, remat=None) -> None:
@@ -278,15 +287,15 @@ def _plan_summary(console: Console, j, remat=None) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    order = " ".join(value_name(n, j.backward) for n in s.order[:24]) + (" ..." if len(s.order) > 24 else "")
-    table.add_row("schedule", f"{s.policy} policy, {len(s.steps)} steps, ready queue up to "
-                              f"{max((st.queue_size for st in s.steps), default=0)} nodes: {order}")
+    shown = 16
+    order = " ".join(value_name(n, j.backward) for n in s.order[:shown]) + (" ..." if len(s.order) > shown else "")
+    table.add_row("schedule", f"{s.policy} policy: backward steps 0 to {len(s.steps) - 1} run {order}; at most "
+                              f"{max((st.queue_size for st in s.steps), default=0)} nodes wait in the ready queue")
     if s.note:
         table.add_row("", s.note)
-    peak = m.order[m.peak_step] if m.order else None
-    where = f" at step {m.peak_step} ({m.phases[m.peak_step]}: {peak.op})" if peak is not None else ""
-    table.add_row("memory", f"peak {_human_bytes(m.peak_bytes)}{where}; lower bound "
-                            f"{_human_bytes(m.lower_bound_bytes)}; arena {_human_bytes(m.arena_bytes)} "
+    where = f" at {m.describe_step(m.peak_step)}" if m.order else ""
+    table.add_row("memory", f"peak {_human_bytes(m.peak_bytes)}{where}, the program's results included; lower "
+                            f"bound {_human_bytes(m.lower_bound_bytes)}; arena {_human_bytes(m.arena_bytes)} "
                             f"({m.fragmentation:.1%} fragmentation)")
     if remat is not None:
         table.add_row("recompute", remat.summary(j.remat))
@@ -328,6 +337,15 @@ REMAT_HELP = (f"Recompute plan: {', '.join(REMAT_POLICIES)} (default: none; opti
 BUDGET_HELP = ("Activation memory budget for --remat optimal: bytes or a size such as 4MiB, 512KiB, 1.5GB "
                "(KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024), rounded to whole bytes.")
 SEGMENTS_HELP = "Segments for --remat uniform (default: the square root of the number of blocks)."
+FORMAT_HELP = f"{', '.join(FORMATS)}: a text table, the report's to_dict(), or one CSV line per row."
+FULL_HELP = "Print every row (a terminal shows the first and last ones, and the rows that matter)."
+LIMIT_HELP = "Print at most N rows of each report table (and N lines of each IR listing)."
+OUTPUT_HELP = "Write to this file (atomically) instead of the terminal, every row."
+# the options every report command takes (`gradir schedule`, `saved`, `memory`)
+Format = Annotated[str, typer.Option("--format", help=FORMAT_HELP)]
+Output = Annotated[Path | None, typer.Option("--output", "-o", help=OUTPUT_HELP)]
+Full = Annotated[bool, typer.Option("--full", help=FULL_HELP)]
+Limit = Annotated[int | None, typer.Option("--limit", help=LIMIT_HELP, min=1)]
 
 
 @app.command()
@@ -338,7 +356,13 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           out: Annotated[Path | None, typer.Option("--out", help="Also write the IR text files into this folder.")] = None,
           viz: Annotated[bool, typer.Option("--viz", help="Also write diagrams (.dot, .svg via Graphviz's dot), the memory "
                                                        "plot and an HTML report into --out (default gradir_out/).")] = False,
-          full: Annotated[bool, typer.Option("--full", help="Print large constants in full (so the IR parses back).")] = False,
+          full: Annotated[bool, typer.Option("--full", help="Print everything: every IR line and report row (a terminal "
+                                                       "shows the first and last ones), large constants in full "
+                                                       "(so the IR parses back).")] = False,
+          limit: Limit = None,
+          fmt: Annotated[str, typer.Option("--format", help="table (text) or json (IR text and every report's "
+                                                           "to_dict()).")] = "table",
+          output: Output = None,
           remat: Annotated[str | None, typer.Option("--remat", help=REMAT_HELP)] = None,
           budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
           segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None,
@@ -348,9 +372,13 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
                                                       "runs (llvm): each kernel's loop nest, nodes and bytes.")] = None):
     """Trace FILE's function, differentiate it, and print the forward and backward IR
     (partitioned under the recompute plan --remat chooses, if any)."""
-    console = _console()
     folder = None  # the output folder, once checked
     try:
+        error = check_format(fmt, ("table", "json"))
+        if fmt == "csv":
+            error += "; a CSV holds one table: gradir saved, schedule or memory --format csv"
+        if error:
+            raise CLIError(error)
         plan = Remat.from_options(remat, budget, segments)
         folder = _output_folder(out, viz)  # before the work: an unwritable --out fails at once
         t = load_target(file, fn, argnums)
@@ -359,21 +387,50 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
         _fail(e)
     except KeyboardInterrupt:
         _interrupted(folder)
+    if fmt == "json":
+        data = {"function": t.fn.__name__, "forward": j.forward.to_text(full=True),
+                "backward": j.backward.to_text(full=True), "saved": j.saved.to_dict(),
+                "schedule": j.schedule.to_dict(), "memory": j.memory.to_dict()}
+        if plan is not None:
+            data["remat"] = j.remat.to_dict()
+        _emit(as_json(data), output)
+    else:
+        view = View.of(full, limit, to_file=output is not None)
+        console = _console() if output is None else Console(file=io.StringIO(), width=100, color_system=None)
+        _print_trace(console, t, j, plan, view, full, passes, backend)
+        if output is not None:
+            _emit(console.file.getvalue(), output)
+    _write_outputs(_console(), j, t, folder, ir=out is not None, viz=viz)
+
+
+VIZ_DIR = "gradir_out"
+
+
+def _print_trace(console: Console, t: Target, j, plan, view: View, full: bool, passes: bool, backend: str | None):
+    """What `gradir trace` prints: the IR after each pass (--passes), forward and backward IR, the summary
+    with the saved-tensor table, the schedule and memory paragraph, and the kernels (--backend)."""
     if passes:
         from gradir.passes import autodiff_pipeline
 
         for name, graph in autodiff_pipeline(j.graph, list(j.wrt)):
-            _print_ir(console, f"after {name}: {len(graph.nodes)} nodes", graph, full)
-    _print_ir(console, f"forward: {t.fn.__name__}'s inputs -> result + values saved for backward", j.forward, full)
-    _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full)
-    _summary(console, t, j)
+            _print_ir(console, f"after {name}: {len(graph.nodes)} nodes", graph, full, view)
+    _print_ir(console, f"forward: {t.fn.__name__}'s inputs -> result + values saved for backward", j.forward, full,
+              view)
+    _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full, view)
+    _summary(console, t, j, view)
     _plan_summary(console, j, plan)
     if backend is not None:
         _print_kernels(console, j, backend)
-    _write_outputs(console, j, t, folder, ir=out is not None, viz=viz)
 
 
-VIZ_DIR = "gradir_out"
+def _emit(text: str, output: Path | None) -> None:
+    """Print `text`, or write it atomically to `output` and say so."""
+    try:
+        path = emit(text, output, lambda x: typer.echo(x, nl=not x.endswith("\n")))
+    except OSError as e:
+        _fail(CLIError(f"cannot write {output}: {e.strerror or e}"))
+    if path is not None:
+        typer.echo(f"wrote {path}")
 
 
 def _print_kernels(console: Console, j, backend: str) -> None:
@@ -463,28 +520,30 @@ def _trace_grad(t: Target, file: str, policy: str, remat: Remat | None = None):
         return j
 
 
-def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | None = None):
-    if fmt not in ("table", "json"):
-        _fail(CLIError(f"unknown --format {fmt!r} (have: table, json)"))
+def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | None = None, full: bool = False,
+                    limit: int | None = None, output: Path | None = None):
+    """Print (or write to `output`) the report `what` of FILE's function: a table, JSON or CSV."""
+    error = check_format(fmt)
+    if error:
+        _fail(CLIError(error))
     try:
         t = load_target(file, fn, argnums)
         j = _trace_grad(t, file, policy, remat)
         report = getattr(j, what)
     except CLIError as e:
         _fail(e)
-    if remat is None:
-        if fmt == "json":
-            typer.echo(json.dumps(report.to_dict(), indent=1, default=str))
-        else:
-            _console().print(report.table())
-        return
     if fmt == "json":
-        out = {what: report.to_dict(), "remat": j.remat.to_dict(), "budget_bytes": remat.budget}
-        typer.echo(json.dumps(out, indent=1, default=str))
+        data = report.to_dict() if remat is None else {what: report.to_dict(), "remat": j.remat.to_dict(),
+                                                       "budget_bytes": remat.budget}
+        _emit(as_json(data), output)
+    elif fmt == "csv":
+        _emit(report.to_csv(), output)  # the recompute plan is one row: its report is in the json and table forms
     else:
-        console = _console()
-        console.print(report.table())
-        console.print(j.remat.table())
+        view = View.of(full, limit, to_file=output is not None)
+        text = view.report(report)
+        if remat is not None:
+            text += "\n\n" + view.report(j.remat)
+        _emit(text, output)
 
 
 # -- recompute planning options ---------------------------------------------------------------------
@@ -563,18 +622,24 @@ class Remat:
                 f"activation peak {_human_bytes(d['peak_bytes'])}{budget}")
 
 
-FORMAT_HELP = "table (rich) or json (the report's to_dict())."
 
 
-@app.command()
-def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP)],
-             fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
-             argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
-             policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
-             fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table"):
-    """The backward pass's dependency-counted schedule, step by step: node run, counts decremented,
-    ready queue after, bytes freed."""
-    _report_command(file, fn, argnums, policy, fmt, "schedule")
+def _report_cli(what: str, doc: str) -> None:
+    """Register `gradir WHAT`, a command printing the trace's report `what` (schedule, saved)."""
+    def command(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+                fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
+                argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+                policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
+                fmt: Format = "table", output: Output = None, full: Full = False, limit: Limit = None):
+        _report_command(file, fn, argnums, policy, fmt, what, full=full, limit=limit, output=output)
+    command.__doc__ = doc
+    app.command(name=what)(command)
+
+
+_report_cli("schedule", "The backward pass's dependency-counted schedule, step by step: node run, counts "
+                        "decremented, ready queue after, bytes freed.")
+_report_cli("saved", "The saved-tensor report: every value forward keeps for backward, its bytes, who made it, "
+                     "which rule needs it and why, its backward readers and last use.")
 
 
 @app.command()
@@ -582,17 +647,18 @@ def memory(file: Annotated[str, typer.Argument(help=FILE_HELP)],
            fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
            argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
            policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
-           fmt: Annotated[str, typer.Option("--format", help=FORMAT_HELP)] = "table",
+           fmt: Format = "table",
            remat: Annotated[str | None, typer.Option("--remat", help=REMAT_HELP)] = None,
            budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
-           segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None):
+           segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None,
+           output: Output = None, full: Full = False, limit: Limit = None):
     """The memory plan of forward then backward: live bytes per step, peak, lower bound, arena.
     With --remat/--budget, under a recompute plan, followed by the plan's report (json: {"memory", "remat"})."""
     try:
         plan = Remat.from_options(remat, budget, segments)
     except CLIError as e:
         _fail(e)
-    _report_command(file, fn, argnums, policy, fmt, "memory", plan)
+    _report_command(file, fn, argnums, policy, fmt, "memory", plan, full=full, limit=limit, output=output)
 
 
 def _as_float64(x):

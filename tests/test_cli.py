@@ -517,3 +517,92 @@ def test_ctrl_c_while_tracing_writes_nothing_and_keeps_the_earlier_run(tmp_path,
     assert f"gradir: interrupted; nothing was written into {tmp_path} (an earlier run's files there are untouched)" \
         in result.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+# -- reports: summaries on a terminal, everything with --full / --limit / --format / --output ---------
+
+def _report_run(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result.stdout
+
+
+def _mlp_trace():
+    t = load_target(str(MLP), None, None)
+    return gr.trace_grad(t.fn, *t.args, argnums=t.argnums)
+
+
+def test_report_csv_and_json_give_every_row():
+    import csv
+    import io
+    import json
+
+    j = _mlp_trace()
+    for what in ("schedule", "saved", "memory"):
+        d = getattr(j, what).to_dict()
+        assert json.loads(_report_run(what, MLP, "--format", "json")) == json.loads(json.dumps(d, default=str))
+        rows = list(csv.DictReader(io.StringIO(_report_run(what, MLP, "--format", "csv"))))
+        assert len(rows) == len(d["steps" if what != "saved" else "entries"])
+    steps = list(csv.DictReader(io.StringIO(_report_run("memory", MLP, "--format", "csv"))))
+    assert [int(r["live_bytes"]) for r in steps] == j.memory.live_bytes
+
+
+def test_output_file_is_written_atomically_with_what_would_be_printed(tmp_path):
+    for fmt in ("table", "json", "csv"):
+        path = tmp_path / f"schedule.{fmt}"
+        said = _report_run("schedule", MLP, "--format", fmt, "--output", path)
+        assert said.strip() == f"wrote {path}"
+        assert path.read_text() == _report_run("schedule", MLP, "--format", fmt)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["schedule.csv", "schedule.json", "schedule.table"]
+    bad = runner.invoke(app, ["schedule", str(MLP), "--output", str(tmp_path / "schedule.csv" / "x")])
+    assert bad.exit_code == 2 and "cannot write" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_limit_summarizes_and_says_how_to_see_everything():
+    j = _mlp_trace()
+    out = _report_run("schedule", MLP, "--limit", "6")
+    rows = [line for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [int(r.split()[0]) for r in rows] == [0, 1, 2, len(j.backward.nodes) - 3, len(j.backward.nodes) - 2,
+                                                  len(j.backward.nodes) - 1]
+    gap = next(line for line in out.splitlines() if "not shown" in line)
+    assert gap.startswith(f"… {len(j.backward.nodes) - 6} steps not shown (3 to {len(j.backward.nodes) - 4})")
+    assert "--full" in gap and "--output FILE" in gap
+    # the IR listings of trace are summarized the same way
+    traced = _report_run("trace", MLP, "--limit", "10")
+    assert traced.count("lines not shown") == 2 and "graph loss_forward {" in traced
+
+
+def test_a_terminal_gets_a_summary_that_fits_and_full_gets_every_row(monkeypatch):
+    from gradir import cli_reports
+
+    j = _mlp_trace()
+    monkeypatch.setattr(cli_reports, "TERMINAL_ROWS", 10)
+    monkeypatch.setattr(cli_reports, "terminal_width", lambda: 80)
+    out = _report_run("memory", MLP)
+    assert max(map(len, out.splitlines())) <= 80
+    assert "not shown" in out and "<- peak" in out  # the peak row survives the summary
+    full = _report_run("memory", MLP, "--full")
+    steps = [line for line in full.splitlines() if line.startswith(("forward ", "backward "))]
+    assert len(steps) == len(j.memory.order) and "not shown" not in full
+    assert max(map(len, full.splitlines())) <= 80
+
+
+def test_trace_says_saved_for_backward_once_and_names_one_step_numbering():
+    j = _mlp_trace()
+    out = _trace(str(MLP)).stdout
+    assert out.count(f"{j.saved.count} values") == 1  # the summary's line, not again as the table's title
+    m = j.memory
+    k = m.peak_step - len(j.forward.nodes)
+    assert f"at backward step {k} (%{j.backward.number(j.schedule.order[k])} " in out
+    assert f"backward steps 0 to {len(j.backward.nodes) - 1}" in out and "ready queue up to" not in out
+
+
+def test_trace_json_and_refused_csv():
+    import json
+
+    j = _mlp_trace()
+    data = json.loads(_report_run("trace", MLP, "--format", "json"))
+    assert gr.Graph.parse(data["backward"]).verify() is not None
+    assert data["saved"]["count"] == j.saved.count and data["memory"]["peak_bytes"] == j.memory.peak_bytes
+    bad = runner.invoke(app, ["trace", str(MLP), "--format", "csv"])
+    assert bad.exit_code == 2 and "gradir saved, schedule or memory --format csv" in bad.stderr

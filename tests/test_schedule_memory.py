@@ -128,3 +128,131 @@ def test_plan_of_a_compiled_graph_matches_measurement_and_compile_runs_the_sched
     from gradir.backends import measure_memory
 
     assert measure_memory(graph, list(args), order).peak_bytes == plan.peak_bytes
+
+
+# -- printing the reports (passes.text_table) -------------------------------------------------------
+
+def _mlp_trace():
+    fn, make = MODELS["mlp"]
+    return gr.trace_grad(fn, *make(np.random.default_rng(0)), argnums=(1, 2, 3))
+
+
+def _index(values, v) -> int:
+    return next(i for i, u in enumerate(values) if u is v)
+
+
+def test_reports_print_every_row_within_80_columns():
+    j = _mlp_trace()
+    rows = {"schedule": len(j.backward.nodes), "memory": len(j.forward.nodes) + len(j.backward.nodes)}
+    for what, n in rows.items():
+        text = str(getattr(j, what))
+        assert max(map(len, text.splitlines())) <= 80, what
+        assert "not shown" not in text
+        lines = text.splitlines()
+        rule = next(i for i, line in enumerate(lines) if set(line) <= {"-", " "} and line)
+        steps = [line.split() for line in lines[rule + 1:rule + 1 + n]]
+        # one line per step, numbered 0.. within each program (the memory plan: forward, then backward)
+        numbers = [int(s[1] if what == "memory" else s[0]) for s in steps]
+        expected = list(range(n)) if what == "schedule" else (list(range(len(j.forward.nodes)))
+                                                               + list(range(len(j.backward.nodes))))
+        assert numbers == expected, what
+
+
+def test_one_step_numbering_across_schedule_memory_and_saved():
+    """The memory peak is named by its backward step and %k, as the schedule and the backward IR name them."""
+    j = _mlp_trace()
+    m, s = j.memory, j.schedule
+    k = m.peak_step - len(j.forward.nodes)  # the timeline is forward's nodes, then backward in schedule order
+    assert k >= 0 and m.phases[m.peak_step] == "backward"
+    node = s.order[k]
+    name = f"%{j.backward.number(node)}"
+    assert f"peak {gr.passes.report.human_bytes(m.peak_bytes)} at backward step {k} ({name} {node.op})" in str(m)
+    row = next(line.split() for line in s.text(width=None).splitlines() if line.split()[:2] == [str(k), name])
+    assert row[2] == node.op
+    # the saved report's last use is the backward step of the last reader in that same order
+    for e, x in zip(j.saved.entries, j.backward.inputs):
+        readers = [_index(s.order, u) for u in j.backward.nodes if any(i is x for i in u.inputs)]
+        if readers and not any(o is x for o in j.backward.outputs):
+            assert e.last_use == max(readers)
+
+
+def test_saved_values_are_named_after_their_forward_ids():
+    j = _mlp_trace()
+    k = j.forward.num_forward_outputs
+    for v, x in zip(j.forward.outputs[k:], j.backward.inputs):
+        if v.op != "input":
+            # the forward IR's line for v reads `%N = op ...`: the backward input is saved_<op>N
+            line = next(t for t in j.forward.to_text().splitlines() if t.strip().startswith(f"%{j.forward.number(v)} = "))
+            number = line.split("=")[0].strip()[1:]
+            assert x.attrs["name"] == f"saved_{v.op}{number}" == f"saved_{line.split()[2]}{number}"
+
+
+def test_summaries_keep_the_ends_and_the_peak_and_count_what_they_leave_out():
+    j = _mlp_trace()
+    m = j.memory
+    total = len(m.order)
+    text = m.text(limit=6, more="MORE")
+    lines = text.splitlines()
+    assert any(line.rstrip().endswith("<- peak") for line in lines)
+    gaps = [line for line in lines if "not shown" in line]
+    shown = sum(1 for line in lines if line.startswith(("forward ", "backward ")))
+    left = sum(int(g.split()[1].replace(",", "")) for g in gaps)
+    assert shown + left == total and shown <= 6 + 3 and all(g.endswith("MORE") for g in gaps)
+    assert "forward step 3 to" in gaps[0]  # named the way the rows are: phase and step within it
+
+
+def test_csv_holds_the_same_numbers_as_to_dict():
+    import csv
+    import io
+
+    j = _mlp_trace()
+    steps = j.schedule.to_dict()["steps"]
+    rows = list(csv.DictReader(io.StringIO(j.schedule.to_csv())))
+    assert [(int(r["step"]), r["node"], r["op"], int(r["queue_size"]), int(r["freed_bytes"])) for r in rows] == \
+        [(s["step"], s["node"], s["op"], s["queue_size"], s["freed_bytes"]) for s in steps]
+    mem = list(csv.DictReader(io.StringIO(j.memory.to_csv())))
+    assert [int(r["live_bytes"]) for r in mem] == j.memory.live_bytes
+    assert [(r["phase"], int(r["phase_step"])) for r in mem] == [(s["phase"], s["phase_step"])
+                                                                  for s in j.memory.to_dict()["steps"]]
+    saved = list(csv.DictReader(io.StringIO(j.saved.to_csv())))
+    assert [(r["value"], int(r["bytes"]), int(r["new_bytes"])) for r in saved] == \
+        [(e["name"], e["bytes"], e["new_bytes"]) for e in j.saved.to_dict()["entries"]]
+
+
+def test_memory_peak_and_the_recompute_reports_activation_peak_are_named_apart():
+    fn, make = MODELS["mlp"]
+    j = gr.trace_grad(fn, *make(np.random.default_rng(0)), argnums=(1, 2, 3), remat="selective")
+    # the activation peak leaves out the program's results (loss and gradients): never above the plan's peak
+    assert j.remat.peak_bytes <= j.memory.peak_bytes
+    assert "activation peak" in str(j.remat) and "planned peak" not in str(j.remat)
+    assert "results included" in str(j.memory)
+
+
+def test_rich_table_has_the_text_rows():
+    j = _mlp_trace()
+    assert j.schedule.table().row_count == len(j.backward.nodes)
+    assert j.schedule.table(limit=10).row_count == 11  # 10 rows and the one saying rows were left out
+
+
+def test_text_table_fits_by_shrinking_then_dropping_then_cutting():
+    from gradir.passes.text_table import Column, render, shown
+
+    assert shown(10, None) == list(range(10))
+    assert shown(10, 4) == [0, 1, None, 8, 9]
+    assert shown(10, 4, keep={5}) == [0, 1, None, 5, None, 8, 9]
+    assert shown(10, 4, keep={3}) == [0, 1, 2, 3, None, 8, 9]  # a gap of one row shows the row
+    cols = [Column("id", right=True), Column("why", wrap=True, least=6), Column("where", drop=1)]
+    rows = [("7", "tanh keeps its output", "model.py:12")]
+    # natural widths 2 + 21 + 11 and two gaps of 2: 38 columns
+    assert render(cols, rows, width=None) == ["id  why                    where",
+                                              "--  ---------------------  -----------",
+                                              " 7  tanh keeps its output  model.py:12"]
+    # 30 columns: `why` narrows to 30 - 2 - 11 - 4 = 13 and wraps at word boundaries; `where` stays
+    assert render(cols, rows, width=30) == ["id  why            where",
+                                            "--  -------------  -----------",
+                                            " 7  tanh keeps     model.py:12",
+                                            "    its output"]
+    # 20 columns: `why` would have to go below its header's width first, so `where` is dropped
+    assert render(cols, rows, width=20) == ["id  why", "--  ----------------", " 7  tanh keeps its", "    output"]
+    cut = [Column("op", least=4)]
+    assert render(cut, [("broadcast_to",)], width=6) == ["op", "------", "broad…"]

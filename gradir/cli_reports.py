@@ -1,0 +1,78 @@
+"""How the command line prints reports and IR listings: all of it to a pipe or a file, a summary on a
+terminal.
+
+On a terminal, tables fit its width and long ones show their first and last rows (and the rows
+that matter, such as the memory peak) with a line saying how many were left out and how to see
+them: `--full` (every row), `--limit N` (at most N rows per table, N lines per IR listing), or
+`--format json|csv --output FILE` (everything, machine-readable, written atomically). Piped output
+is never summarized. Printing is linear in the number of rows (see gradir.passes.text_table).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradir.fileio import write_atomic
+from gradir.passes.text_table import CUT
+
+TERMINAL_ROWS = 60  # rows per table (lines per IR listing) a terminal shows unless --full or --limit
+MORE = "--full shows them, --format csv|json --output FILE writes them"
+FORMATS = ("table", "json", "csv")
+
+
+@dataclass
+class View:
+    """How much of each report to print: at most `limit` rows (None: all), fitted to `width` (None: natural)."""
+
+    limit: int | None
+    width: int | None
+
+    @classmethod
+    def of(cls, full: bool, limit: int | None, to_file: bool = False) -> View:
+        """Terminal: its width, and TERMINAL_ROWS rows unless --full; a pipe or a file: every row, natural
+        widths. An explicit --limit always applies."""
+        width = None if to_file else terminal_width()
+        if limit is None and width is not None and not full:
+            limit = TERMINAL_ROWS
+        return cls(limit, width)
+
+    def report(self, report, title: bool = True) -> str:
+        return report.text(width=self.width, limit=self.limit, more=MORE, title=title)
+
+    def listing(self, text: str) -> str:
+        """An IR listing: its first and last lines when it is longer than the limit."""
+        if self.limit is None:
+            return text
+        lines = text.split("\n")
+        if len(lines) <= self.limit:
+            return text
+        head = (self.limit + 1) // 2
+        tail = self.limit - head
+        gap = f"  {CUT} {len(lines) - head - tail:,} lines not shown: {MORE}"
+        return "\n".join(lines[:head] + [gap] + lines[len(lines) - tail:])
+
+
+def terminal_width() -> int | None:
+    """The terminal's width in columns, None when stdout is not a terminal."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def check_format(fmt: str, allowed=FORMATS) -> str | None:
+    """The error message for an unknown --format (None when it is fine)."""
+    return None if fmt in allowed else f"unknown --format {fmt!r} (have: {', '.join(allowed)})"
+
+
+def as_json(data) -> str:
+    return json.dumps(data, indent=1, default=str)
+
+
+def emit(text: str, output: Path | None, echo) -> Path | None:
+    """`text` to `output` (written atomically; returns the path) or, without one, through `echo`."""
+    if output is None:
+        echo(text)
+        return None
+    return write_atomic(output, text if text.endswith("\n") else text + "\n")
