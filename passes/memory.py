@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import owners as storage_owners
 from gradir.passes.report import Report, human_bytes, value_name
@@ -140,6 +141,7 @@ class MemoryPlan(Report):
                  for t, (n, k, live) in enumerate(zip(self.order, self._phase_steps(), self.live_bytes))])
 
 
+@gc_paused
 def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str] | None = None,
                 owned_inputs=(), owner: dict[Value, Value] | None = None, layout: bool = True,
                 count_outputs: bool = True) -> MemoryPlan:

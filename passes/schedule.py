@@ -23,6 +23,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from gradir.errors import GradirError, VerifyError
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import owners as storage_owners
 from gradir.passes.report import Report, human_bytes, value_names
@@ -114,6 +115,7 @@ class Schedule(Report):
                  for s, node, dec, queue in self._cells()])
 
 
+@gc_paused
 def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
     """A dependency-counted order of `graph`'s nodes under `policy` (see the module docstring).
     `owned_inputs`: graph inputs whose memory this program may free after their last use (the
@@ -149,6 +151,8 @@ def _run(graph: Graph, policy: str, buffers: _Buffers) -> Schedule:
     initial = dict(count)
 
     memory = policy == "memory"
+    if not memory:
+        return _run_engine(graph, policy, buffers, count, users, initial)
     heap: list = []
     stamp: dict[Value, int] = {}
     ready: set[Value] = set()
@@ -183,6 +187,26 @@ def _run(graph: Graph, policy: str, buffers: _Buffers) -> Schedule:
     if len(order) != len(graph.nodes):
         raise VerifyError("not every node became ready (a cycle?)", op="schedule")
     return Schedule(graph, policy, order, steps, initial)
+
+
+def _run_engine(graph: Graph, policy: str, buffers: _Buffers, count: dict, users: dict, initial: dict) -> Schedule:
+    """Engine order without a heap: the graph's node list is topological, so the ready node recorded
+    first is always the next unrun node of the list (its operands come before it, and all have run)."""
+    waiting = sum(1 for n in graph.nodes if count[n] == 0)
+    steps = []
+    for k, n in enumerate(graph.nodes):
+        if count[n]:
+            raise VerifyError(f"{n.op} is listed before an operand it reads (not a topological order)", op="schedule")
+        waiting -= 1
+        freed, _ = buffers.run(n)
+        decremented = []
+        for u in users[n]:
+            c = count[u] = count[u] - 1
+            decremented.append((u, c))
+            if c == 0:
+                waiting += 1
+        steps.append(Step(k, n, decremented, waiting, freed))
+    return Schedule(graph, policy, list(graph.nodes), steps, initial)
 
 
 class _Buffers:
