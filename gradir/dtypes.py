@@ -47,7 +47,7 @@ def short(d: np.dtype) -> str:
 
 
 def is_float(d) -> bool:
-    return np.dtype(d) in FLOATING
+    return (d if isinstance(d, np.dtype) else np.dtype(d)) in FLOATING
 
 
 def is_complex(d) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import ExecutionError, GradirError, TraceError
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.primitive import get_primitive
 
@@ -35,13 +36,21 @@ def user_source(depth: int = 1) -> str | None:
         return _SOURCE_OVERRIDE[-1][0]
     f = sys._getframe(depth)
     while f is not None:
-        top = f.f_globals.get("__name__", "").split(".")[0]
-        if top in _COMMAND_LINE:
+        code = f.f_code
+        kind = _CODE_KIND.get(code)
+        if kind is None:
+            top = f.f_globals.get("__name__", "").split(".")[0]
+            kind = _CODE_KIND[code] = "cli" if top in _COMMAND_LINE else "gradir" if top == "gradir" else \
+                os.path.basename(code.co_filename)
+        if kind == "cli":
             return None
-        if top != "gradir":
-            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        if kind != "gradir":
+            return f"{kind}:{f.f_lineno}"
         f = f.f_back
     return None
+
+
+_CODE_KIND: dict = {}  # code object -> "gradir", "cli" or the user file's name (tracing asks once per node)
 
 
 def current_scope() -> tuple[str, ...]:
@@ -50,14 +59,20 @@ def current_scope() -> tuple[str, ...]:
     return tuple(_SCOPES)
 
 
-@contextlib.contextmanager
-def source_of(source: str | None, scope: tuple | None = None):
+class source_of:
     """Attribute every node recorded inside to `source` and, if given, `scope` (passes re-recording
-    a node keep its origin; backward nodes point at the line of the forward op they differentiate)."""
-    _SOURCE_OVERRIDE.append((source, scope))
-    try:
-        yield
-    finally:
+    a node keep its origin; backward nodes point at the line of the forward op they differentiate).
+    A class, not a generator context manager: passes enter one per node."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self, source: str | None, scope: tuple | None = None):
+        self.entry = (source, scope)
+
+    def __enter__(self):
+        _SOURCE_OVERRIDE.append(self.entry)
+
+    def __exit__(self, *exc):
         _SOURCE_OVERRIDE.pop()
 
 
@@ -133,7 +148,7 @@ def bind(op: str, *operands, **attrs) -> Any:
         if not isinstance(o, Value):
             raise TraceError(f"operand {o!r} is not a traced value (ops lift constants before bind)",
                              op=op, source=user_source())
-        ops.append(o if o.graph is graph else capture(o, graph))
+        ops.append(o if o.graph_ref is graph.ref else capture(o, graph))
     try:
         shape, dtype = prim.infer(*ops, **attrs)
     except GradirError as e:
@@ -152,7 +167,8 @@ def evaluate(prim, operands, attrs: dict) -> np.ndarray:
             out = prim.impl(*operands, **attrs)
         except (ValueError, IndexError, TypeError, ArithmeticError) as e:
             raise ExecutionError(str(e), op=prim.name, source=user_source()) from e
-    out = np.asarray(out)
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)
     if out.dtype != dtype:
         out = out.astype(dtype)
     return out.reshape(shape) if out.shape != tuple(shape) else out
@@ -188,6 +204,7 @@ def abstract_dtype(x) -> np.dtype:
                      "Python scalars, torch tensors or dict/list/tuple of them", op="trace", source=user_source())
 
 
+@gc_paused
 def trace_flat(fn, flat_args: list, names: list[str], rebuild, name: str) -> Graph:
     """Trace `fn` on placeholders shaped like `flat_args`; `rebuild(placeholders)` makes fn's args."""
     from gradir.pytree import tree_flatten

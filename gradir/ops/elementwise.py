@@ -23,18 +23,22 @@ ANY = "any"
 NUMERIC = "numeric"  # anything but bool
 
 
+_DOMAINS = {
+    INEXACT: dtypes.is_inexact,
+    FLOAT: dtypes.is_float,
+    NUMERIC: lambda d: np.dtype(d) != dtypes.bool_,
+    ANY: lambda d: True,
+}
+
+
 def _check_dtype(op: str, dtype, domain: str):
-    ok = {
-        INEXACT: dtypes.is_inexact(dtype),
-        FLOAT: dtypes.is_float(dtype),
-        NUMERIC: np.dtype(dtype) != dtypes.bool_,
-        ANY: True,
-    }[domain]
-    if not ok:
+    if not _DOMAINS[domain](dtype):
         raise DTypeError(f"does not accept dtype {dtypes.short(dtype)} (needs {domain} operands)", op=op)
 
 
 def _same_type(op: str, *xs):
+    if len(xs) == 2 and xs[0].shape == xs[1].shape and xs[0].dtype == xs[1].dtype:
+        return
     shapes = {tuple(x.shape) for x in xs}
     if len(shapes) != 1:
         raise ShapeError(f"operands must have one shape, got {sorted(shapes)}", op=op)

@@ -42,6 +42,8 @@ def _is_weak(x) -> bool:
 
 def lift_all(*xs, op: str):
     """Lift operands and promote them to one dtype (Python scalars weakly typed)."""
+    if all(type(x) is Value for x in xs) and len({x.dtype for x in xs}) == 1:
+        return list(xs)  # the common case inside a trace, and inside every pass
     if current_graph() is None:  # eager
         fast = _eager_lift_all(xs)
         if fast is not None:
@@ -86,6 +88,8 @@ def astype(x, dtype):
 
 def broadcast_all(*xs, op: str):
     """Broadcast operands to their common shape with explicit `broadcast_to` nodes."""
+    if len({x.shape for x in xs}) == 1:
+        return list(xs)
     try:
         shape = broadcast_shape([x.shape for x in xs])
     except ValueError:
