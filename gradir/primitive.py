@@ -10,7 +10,9 @@ Each primitive carries
 - `kind` (elementwise / reduction / shape / matmul / index / composite / other) for fusion and
   scheduling, and `flops(out, operands, attrs)` for cost models;
 - optionally `decompose(*operands, **attrs)`: for composites that keep a hand-derived VJP, the same
-  computation in primitives, used by `lower_composites` before execution.
+  computation in primitives, used by `lower_composites` before execution;
+- `vjp_inspects`: operand positions whose values the VJP rule looks at (`concrete`) when they are
+  constants (the eager tape then traces such a node's rule with its values, not placeholders).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Primitive:
     decompose: Callable | None = None
     differentiable: bool = True
     doc: str = ""
+    vjp_inspects: tuple[int, ...] = ()  # operands whose values the VJP specializes on when constant
     _impl: Callable | None = field(default=None, repr=False)
 
     @property

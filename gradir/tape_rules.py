@@ -9,8 +9,9 @@ signature (op, operand shapes and dtypes, attributes, which operands need a grad
 node with that signature calls the compiled function. With `create_graph=True` the same graph runs
 through `bind` on Tensors (`inline`), so the gradients get a history of their own.
 
-A rule that cannot be traced on placeholders (it needs operand values) is traced again for each
-node with the node's values as constants (`TapeRule.specialized`).
+A rule that cannot be traced on placeholders, or that specializes on the value of a constant operand
+(`Primitive.vjp_inspects`: index_update's last-write mask), is traced again for each node with the
+node's values as constants (`TapeRule.specialized`) and interpreted.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class TapeRule:
     use, the traced and cleaned rule (`graph`, outputs: the cotangents of the operands in `targets`)
     and its compiled NumPy function (`fn(*operands, out, g)`; operands it does not read may be None)."""
 
-    __slots__ = ("op", "attrs", "types", "out_type", "need", "reads", "targets", "_graph", "_fn")
+    __slots__ = ("op", "attrs", "types", "out_type", "need", "reads", "inspects", "targets", "_graph", "_fn")
 
     def __init__(self, op, arrays, attrs, out, need):
         self.op, self.attrs, self.need = op, dict(attrs), need
@@ -61,6 +62,7 @@ class TapeRule:
         self.out_type = (tuple(out.shape), out.dtype)
         parts = vjp_reads_by_operand(op, arrays, attrs, *self.out_type)
         self.reads = frozenset().union(*[p for p, n in zip(parts, need) if n and p is not None])
+        self.inspects = get_primitive(op).vjp_inspects
         self.targets: tuple[int, ...] = ()
         self._graph = self._fn = None
 
@@ -89,14 +91,17 @@ class TapeRule:
             self._fn = compile_numpy(graph).fn if graph is not None else False
         return None if self._fn is False else self._fn
 
-    def specialized(self, operands, out, g) -> Graph:
-        """The rule traced with this node's values as constants (its inputs stand for the operands
-        given as None, its outputs are the cotangents of `targets`)."""
+    def specialized(self, operands, out, g, bake) -> Graph:
+        """The rule traced with the values at positions `bake` (operand indices, -1 the output, -2
+        the cotangent) as constants, for rules that look at values; inputs as in `graph`."""
         graph = Graph(f"vjp_of_{self.op}")
+        values = list(operands) + [out, g]
         with building(graph):
-            xs = [constant(a) if a is not None else graph.add_input(s, d, f"x{i}")
-                  for i, (a, (s, d)) in enumerate(zip(operands, self.types))]
-            cts = get_primitive(self.op).vjp(constant(g), constant(out), *xs, **self.attrs)
+            ins = [graph.add_input(s, d, f"x{i}") for i, (s, d) in enumerate(self.types)]
+            ins += [graph.add_input(*self.out_type, "out"), graph.add_input(*self.out_type, "g")]
+            keys = [*range(len(self.types)), -1, -2]
+            args = [constant(v) if k in bake else x for k, v, x in zip(keys, values, ins)]
+            cts = get_primitive(self.op).vjp(args[-1], args[-2], *args[:-2], **self.attrs)
         return self._finish(graph, list(cts))
 
     def _finish(self, graph: Graph, cts: list) -> Graph:

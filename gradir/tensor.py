@@ -463,6 +463,8 @@ def _link(o, array: np.ndarray, read: bool):
         return o if o._requires_grad else _Frozen(o)
     if not read:
         return array
+    if array.ndim and not any(array.strides):  # a broadcast scalar (the usual case: x * 2.0)
+        return broadcast_view(np.array(array[(0,) * array.ndim]), array.shape)
     base = _compact(array)  # a constant the rule reads is copied (the caller may reuse its array), compactly
     if base is array:
         return np.array(array)
@@ -591,23 +593,25 @@ def _node_vjp(n: Node, rule, g, create_graph: bool) -> tuple:
             xs[i] = n.inputs[i]
         else:
             xs[i] = _saved_value(n.saved[i][0], n.inputs[i], create_graph)
-    if create_graph:
-        from gradir.trace import inline, source_of
-
-        graph, args = rule.graph, xs + [out, g]
-        if graph is None:
-            graph = rule.specialized(xs, out, g)
-            args = [None] * len(graph.inputs)
-        with source_of(n.source):
-            return inline(graph, args, keep_source=False)
-    fn = rule.fn
+    args = xs + [out, g]
+    bake = [i for i in rule.inspects if isinstance(n.inputs[i], np.ndarray)] if rule.inspects else ()  # looked at
+    graph = rule.graph if not bake else None
+    if graph is None and not bake:  # a rule that needs every value
+        bake = [*range(len(xs)), -1, -2]
     try:
-        if fn is not None:
-            return fn(*xs, out, g)
+        if create_graph:
+            from gradir.trace import inline, source_of
+
+            with source_of(n.source):
+                return inline(graph if graph is not None else rule.specialized(xs, out, g, bake), args,
+                              keep_source=False)
+        if graph is not None:
+            return rule.fn(*args)
         from gradir.backends import run
 
-        graph = rule.specialized(xs, out, g)
-        return run(graph, [None] * len(graph.inputs))
+        return run(rule.specialized(xs, out, g, bake), args)
+    except GradirError:
+        raise
     except (ValueError, IndexError, TypeError, ArithmeticError) as e:
         raise ExecutionError(f"in its backward: {type(e).__name__}: {e}", op=n.op, source=n.source) from e
 

@@ -138,7 +138,7 @@ register(Primitive(
     "index_update", ("x", "idx", "v"), _index_update_infer,
     "(lambda _buf, _at, _val: _buf.__setitem__(_at, _val) or _buf)"
     "(np.array(x, copy=True), (slice(None),) * axis + (idx,), v)",
-    vjp=_index_update_vjp, jvp=_index_update_jvp, kind="index",
+    vjp=_index_update_vjp, jvp=_index_update_jvp, kind="index", vjp_inspects=(1,),  # _last_writes
     doc="x with the slices at integer positions idx along `axis` replaced by v (the last repeated index wins)."))
 
 
