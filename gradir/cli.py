@@ -36,7 +36,7 @@ from rich.table import Table
 
 import gradir as gr
 from gradir import dtypes
-from gradir.cli_reports import FORMATS, View, as_json, check_format, emit
+from gradir.cli_reports import FORMATS, View, as_json, check_format, emit, fold_composites
 from gradir.errors import GradirError, ModelFileError
 from gradir.outfolder import OutputFolder, check_writable
 from gradir.passes.remat import POLICIES as REMAT_POLICIES
@@ -246,9 +246,13 @@ def _type_of(x) -> str:
     return f"{dtypes.short(dt)}[{','.join(map(str, a.shape))}]"
 
 
-def _print_ir(console: Console, title: str, graph: gr.Graph, full: bool, view: View | None = None):
+def _print_ir(console: Console, title: str, graph: gr.Graph, full: bool, view: View | None = None,
+              traced: gr.Graph | None = None):
+    """`graph`'s IR; with `traced` (and without --full), composite ops traced as one line fold back into one."""
     console.rule(title, style="cyan")
     text = graph.to_text(full=full)
+    if traced is not None and not full:
+        text = fold_composites(traced, graph, text)
     _out(console, view.listing(text) if view else text)
 
 
@@ -415,7 +419,7 @@ def _print_trace(console: Console, t: Target, j, plan, view: View, full: bool, p
         for name, graph in autodiff_pipeline(j.graph, list(j.wrt)):
             _print_ir(console, f"after {name}: {len(graph.nodes)} nodes", graph, full, view)
     _print_ir(console, f"forward: {t.fn.__name__}'s inputs -> result + values saved for backward", j.forward, full,
-              view)
+              view, j.graph)
     _print_ir(console, "backward: saved values + cotangent -> gradients", j.backward, full, view)
     _summary(console, t, j, view)
     _plan_summary(console, j, plan)

@@ -76,3 +76,60 @@ def emit(text: str, output: Path | None, echo) -> Path | None:
         echo(text)
         return None
     return write_atomic(output, text if text.endswith("\n") else text + "\n")
+
+
+def fold_composites(traced, program, text: str) -> str:
+    """`program`'s text form (`text`) with each composite op of the traced function (cross_entropy,
+    batch_norm: one line where it was traced) folded back into one line, where the lowered ops it
+    became are consecutive lines of its source line and nothing else was traced on that line:
+
+        %5..%29 = cross_entropy %4, %2 : f32[]  # ce.py:5 (25 ops lowered: --full lists them; %10 %11 used later)
+
+    The lowered form is what runs; `--full` prints it (and IR that parses back), `--passes` every pass."""
+    from gradir.passes.report import value_names
+    from gradir.primitive import get_primitive
+
+    composites: dict[str, list] = {}
+    others = set()
+    for n in traced.nodes:
+        if n.op != "const" and n.source:
+            if get_primitive(n.op).kind == "composite":
+                composites.setdefault(n.source, []).append(n)
+            else:
+                others.add(n.source)
+    single = {s: ns[0] for s, ns in composites.items() if len(ns) == 1 and s not in others}
+    if not single:
+        return text
+    lines = text.split("\n")
+    name = value_names(program)
+    first = len(program.inputs)
+    users: dict = {}
+    for n in program.nodes:
+        for i in n.inputs:
+            users.setdefault(i, []).append(n)
+    returned = set(program.outputs)
+    out, k, nodes = lines[:1 + first], 0, program.nodes
+    while k < len(nodes):
+        source = nodes[k].source
+        end = k
+        while source in single and end + 1 < len(nodes) and nodes[end + 1].source == source:
+            end += 1
+        run = nodes[k:end + 1]
+        if len(run) < 2:
+            out.append(lines[1 + first + k])
+            k += 1
+            continue
+        inside = set(run)
+        outside = list(dict.fromkeys(i for n in run for i in n.inputs if i not in inside))
+        operands = []
+        for x in single[source].inputs:  # in the composite's order, matched by type
+            match = next((i for i in outside if i.type_str == x.type_str and all(i is not o for o in operands)), None)
+            if match is not None:
+                operands.append(match)
+        operands += [i for i in outside if all(i is not o for o in operands)]
+        later = [n for n in run[:-1] if n in returned or any(u not in inside for u in users.get(n, ()))]
+        used = f"; {' '.join(name[n] for n in later)} used later" if later else ""
+        out.append(f"  {name[run[0]]}..{name[run[-1]]} = {single[source].op} {', '.join(name[i] for i in operands)} : "
+                   f"{run[-1].type_str}  # {source} ({len(run)} ops lowered: --full lists them{used})")
+        k = end + 1
+    return "\n".join(out + lines[1 + first + len(nodes):])

@@ -606,3 +606,22 @@ def test_trace_json_and_refused_csv():
     assert data["saved"]["count"] == j.saved.count and data["memory"]["peak_bytes"] == j.memory.peak_bytes
     bad = runner.invoke(app, ["trace", str(MLP), "--format", "csv"])
     assert bad.exit_code == 2 and "gradir saved, schedule or memory --format csv" in bad.stderr
+
+
+def test_trace_folds_a_composite_op_into_one_line_and_full_lists_its_lowered_ops(tmp_path):
+    path = _write(tmp_path, "ce.py", "import gradir as gr\n\n\ndef loss(x: gr.f32[8, 5], w: gr.f32[5, 3], "
+                  "y: gr.i64[8](high=3)):\n    logits = gr.tanh(x @ w)\n    return gr.nn.cross_entropy(logits, y)\n")
+    full = _graphs(_trace(path, "--full").stdout)[0]  # the lowered form, as it runs
+    lowered = [v for v in full.nodes if v.source == "ce.py:6"]
+    numbers = [full.number(v) for v in lowered]
+    assert numbers == list(range(numbers[0], numbers[-1] + 1)) and len(lowered) > 10
+    inside = set(lowered)
+    later = [full.number(v) for v in lowered[:-1]
+             if any(v is o for o in full.outputs) or any(i is v for u in full.nodes if u not in inside for i in u.inputs)]
+    out = _trace(path).stdout
+    forward = out[out.index("graph loss_forward {"):out.index("}")]
+    folded = [line.strip() for line in forward.splitlines() if "cross_entropy" in line]
+    logits = next(full.number(v) for v in full.nodes if v.op == "tanh")
+    assert folded == [f"%{numbers[0]}..%{numbers[-1]} = cross_entropy %{logits}, y : f32[]  # ce.py:6 "
+                      f"({len(lowered)} ops lowered: --full lists them; {' '.join(f'%{k}' for k in later)} used later)"]
+    assert len(forward.splitlines()) == len(full.to_text().splitlines()) - 1 - (len(lowered) - 1)
