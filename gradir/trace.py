@@ -168,7 +168,6 @@ def evaluate(prim, operands, attrs: dict) -> np.ndarray:
         except (ValueError, IndexError, TypeError, ArithmeticError) as e:
             raise ExecutionError(str(e), op=prim.name, source=user_source()) from e
     if type(out) is not np.ndarray:
-        if type(out) is not np.ndarray:
         out = np.asarray(out)
     if out.dtype != dtype:
         out = out.astype(dtype)
