@@ -67,12 +67,11 @@ def one_size(nodes: int) -> dict:
     os.environ["GRADIR_CACHE_DIR"] = "off"
     from gradir.api import _prepare, _trace
     from gradir.backends import compile_graph
+    from gradir.backends.llvm import jit
     from gradir.passes import joint_graph, partition, run_pipeline
     from gradir.passes.memory import plan_memory
     from gradir.passes.saved import saved_tensors
     from gradir.passes.schedule import schedule
-
-    from gradir.backends.llvm import jit
 
     jit.target_machine()  # LLVM's own libraries (~85 MiB resident) are loaded before the baseline
     loss, args = deep_residual_mlp(max(1, nodes // JOINT_NODES_PER_BLOCK))
@@ -156,7 +155,8 @@ def main():
         print(json.dumps(one_size(opts.one)))
         return
 
-    lines = ["# The compiler at scale", "", "`python benchmarks/bench_planning.py`. " + __doc__.split("\n\n")[1].replace("\n", " "),
+    intro = __doc__.split("\n\n")[1].replace("\n", " ")
+    lines = ["# The compiler at scale", "", f"`python benchmarks/bench_planning.py`. {intro}",
              "", "Seconds per phase (MiB: peak resident memory after it, over the process after importing gradir and LLVM):", "",
              "| joint nodes | " + " | ".join(PHASES) + " | total s | peak MiB |", "|---:|" + "---:|" * (len(PHASES) + 2)]
     for size in (int(s) for s in opts.sizes.split(",")):
