@@ -462,9 +462,10 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             continue
         outputs_done[o] = pos
     passthrough = []  # returned inputs: the caller gets its own array back, as from the NumPy backend
+    input_position = {x: i for i, x in enumerate(graph.inputs)}
     for o in list(outputs_done):
         if o.op == "input":
-            passthrough.append((outputs_done.pop(o), next(i for i, x in enumerate(graph.inputs) if x is o)))
+            passthrough.append((outputs_done.pop(o), input_position[o]))
         elif _transposed_product(o, kernel_of, fuser.uses):  # gemm writes (A @ B)^T = B^T @ A^T in place
             k = kernel_of[o.inputs[0]]
             k.nodes.append(o)
@@ -479,19 +480,21 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             outputs_done[c] = outputs_done.pop(o)
     materialized: set[Value] = set()
     last_read: dict[Value, int] = {}
+    immediates = fuser.immediates
     for k in kernels:
         seen: set[Value] = set()
         for n in k.nodes:
             for u in reads(k, n):
-                if u.op == "const" and not u.ndim or u in fuser.immediates:
+                if u.op == "const" and not u.shape or u in immediates:
                     if k.kind == LOOP:
                         continue  # a literal in the code
-                    const = fuser.immediates.get(u, u)  # other kernels read the 0-d constant with zero strides
+                    const = immediates.get(u, u)  # other kernels read the 0-d constant with zero strides
                     access[u] = Access(const, 0, (0,) * u.ndim)
                 root = fuser._root(u)
                 if root in kernel_of:
                     materialized.add(root)
-                    access.setdefault(root, Access(root, 0, c_strides(root.shape, 1)))
+                    if root not in access:
+                        access[root] = Access(root, 0, c_strides(root.shape, 1))
                 if u not in access:  # a view of a computed value: its strides over the stored buffer
                     access[u] = _chain_access(u, access)
                 if u not in seen:
@@ -510,9 +513,8 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
 
     # the arena: stored intermediates (not returned), alive from their kernel to their last reader
     # in a fixed order (kernel, then place in it): the placement must not depend on where Python put the Values
-    place = {v: (k.index, i) for k in kernels for i, v in enumerate(k.nodes)}
-    bufs = [Buffer(v, -(-max(v.nbytes, 1) // ALIGN) * ALIGN, kernel_of[v].index, max(kernel_of[v].index, last_read.get(v, 0)))
-            for v in sorted(materialized - set(outputs_done), key=place.__getitem__)]
+    bufs = [Buffer(v, -(-max(v.nbytes, 1) // ALIGN) * ALIGN, k.index, max(k.index, last_read.get(v, 0)))
+            for k in kernels for v in k.outputs if v not in outputs_done]
     arena = best_fit(bufs, len(kernels))
     best = {b.value: b.offset for b in bufs}
     near = overlaps(bufs) if overlapping_pairs(bufs) <= GREEDY_PAIRS else None

@@ -27,6 +27,7 @@ import numpy as np
 
 from gradir.errors import ExecutionError
 from gradir.fileio import write_atomic
+from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
 from gradir.primitive import get_primitive
@@ -274,6 +275,7 @@ class LLVMCompiled:
         raise ExecutionError("index out of range", op=node.op, source=node.source)
 
 
+@gc_paused  # fusion and code generation build ~10 objects per node that live as long as the program
 def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None) -> LLVMCompiled:
     """Compile `graph` to native code through LLVM; its nodes run in `order` (a schedule) as fused kernels."""
     return LLVMCompiled(graph, order=order, check=check)

@@ -76,25 +76,27 @@ def kernel_key(k: Kernel, program: FusedProgram, params: list[Value] | None = No
             ref(k.epilogue), ref(k.bias), ref(k.transposed))
     described = []
     for v in queue:  # breadth first over the values the code reads (the queue grows as they are met)
-        op, attrs, operands = v.op, None, ()
-        if v in nodes:
-            attrs, operands = _canon(v.attrs) if v.attrs else None, tuple(map(ref, v.inputs))
-        elif op == "const":
-            attrs = None if v.shape else _canon(v.attrs)  # a 0-d constant is a literal in the code
-        elif op in VIEWS:  # read from memory through its access, or the in-kernel value it views
-            op = "view"
-            p = in_kernel_value(k, v)
-            operands = () if p is None else (ref(p),)
-        else:
-            op = "*"  # computed elsewhere: only its storage matters
         acc = access.get(v)
         if acc is not None:
             owner = param_of.get(acc.owner)
             acc = (owner if owner is not None else ("foreign", id(acc.owner)), acc.offset, acc.strides)
+        op = v.op
+        if v in nodes:  # computed here: everything fusion decided about it
+            described.append((
+                op, v.shape, v.dtype, _canon(v.attrs) if v.attrs else None, tuple(map(ref, v.inputs)), acc,
+                maps.get(v), v in accumulated, v in stored, ref(copies.get(v)), passes.get(v), row_after.get(v)))
+            continue
+        operands = ()
+        if op == "const":  # a 0-d constant is a literal in the code; others are read from memory
+            attrs = None if v.shape else _canon(v.attrs)
+        elif op in VIEWS:  # read from memory through its access, or the in-kernel value it views
+            op, attrs = "view", None
+            p = in_kernel_value(k, v)
+            operands = () if p is None else (ref(p),)
+        else:
+            op, attrs = "*", None  # computed elsewhere: only its storage matters
         imm = immediates.get(v)
-        described.append((
-            op, v.shape, v.dtype, attrs, operands, acc, None if imm is None else ref(imm), maps.get(v),
-            v in accumulated, v in stored, ref(copies.get(v)), passes.get(v), row_after.get(v)))
+        described.append((op, v.shape, v.dtype, attrs, operands, acc, None if imm is None else ref(imm)))
     return head + tuple(described)
 
 
