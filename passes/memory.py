@@ -24,7 +24,7 @@ from gradir.passes.report import Report, human_bytes, value_name
 from gradir.passes.text_table import Column
 
 
-@dataclass
+@dataclass(slots=True)
 class Buffer:
     value: Value
     nbytes: int

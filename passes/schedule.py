@@ -34,7 +34,7 @@ POLICIES = ("engine", "memory")
 QUEUE_SHOWN = 8  # ready-queue entries and decremented counts listed per step in text (JSON has all)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     index: int
     node: Value
