@@ -124,9 +124,14 @@ class LLVMCompiled:
         self.jit, self.origin = load_module(self.module_ir)
         self._driver = _DRIVER(self.jit.address("gradir_run"))
         self._table = mb.table
-        # a compiled segment runs as (its kernels, its table); a NumPy fallback kernel as itself
-        self.steps = [(s, mb.table(s)) if isinstance(s, list) else s for s in steps]
+        # a compiled segment runs as (its kernels, its table, the table's address); a NumPy fallback kernel
+        # as itself (addresses are taken once: `.ctypes.data` costs a microsecond a call)
+        self.steps = []
+        for s in steps:
+            table = mb.table(s) if isinstance(s, list) else None
+            self.steps.append((s, table, table.ctypes.data) if table is not None else s)
         self._failed = np.zeros(1, np.int64)
+        self._failed_ptr = self._failed.ctypes.data
         self.function_of = mb.function_of  # kernel index -> its function (kernels of one structure share one)
         self.functions = [k.name for k in mb.functions]
         self.num_slots = mb.num_slots
@@ -206,8 +211,8 @@ class LLVMCompiled:
             slots[self._out_slots[j]] = outs[j].ctypes.data
         for step in self.steps:
             if isinstance(step, tuple):
-                kernels, table = step
-                status = self._driver(self._slots_ptr, table.ctypes.data, len(kernels), self._failed.ctypes.data)
+                kernels, _, table = step
+                status = self._driver(self._slots_ptr, table, len(kernels), self._failed_ptr)
                 if status:
                     self._fail(kernels[int(self._failed[0])].nodes[status - 1], ins)
             else:
@@ -231,7 +236,7 @@ class LLVMCompiled:
                 run = lambda k=k: self._run_numpy(k, self._last_inputs, outs)
             else:  # the driver, on a table of this one kernel
                 table = self._table([k])
-                run = lambda t=table: self._driver(self._slots_ptr, t.ctypes.data, 1, self._failed.ctypes.data)
+                run = lambda t=table.ctypes.data: self._driver(self._slots_ptr, t, 1, self._failed_ptr)
             samples = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
