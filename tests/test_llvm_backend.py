@@ -290,6 +290,7 @@ def test_an_unrolled_loop_compiles_each_distinct_kernel_once():
     # 200 iterations forward and backward, in kernels of up to 64 nodes: a handful of distinct bodies
     assert len(compiled.program.kernels) >= 20 and len(groups) <= 8
     assert compiled.module_ir.count("define internal i32 @") == len(groups)
+    assert f"{len(compiled.program.kernels)} compiled kernels run {len(groups)} functions" in compiled.source
     assert len(compiled.profile(x)) == len(compiled.program.kernels)
 
 

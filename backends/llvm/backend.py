@@ -2,10 +2,12 @@
 
 `compile_graph(graph, order=...)` fuses the graph (passes.fusion), builds its LLVM module
 (codegen), compiles it for this CPU (or loads the object code from the on-disk cache) and keeps
-one arena, allocated once and reused by every call. A call passes the caller's input arrays, fresh
-output arrays, the constants and the arena to the driver. Kernels that no compiled backend lowers
-(the listing marks them "numpy") split the program into segments: the NumPy reference runs them
-between driver calls, on the same buffers.
+one arena, allocated once and reused by every call. Kernels of the same structure share one
+compiled function (codegen, sharing), so the code compiled grows with the distinct kernels, not
+with the graph; the order of calls is data, a table per segment that the one driver runs. A call
+passes the caller's input arrays, fresh output arrays, the constants and the arena to the driver.
+Kernels that no compiled backend lowers (the listing marks them "numpy") split the program into
+segments: the NumPy reference runs them between driver calls, on the same buffers.
 
 The on-disk cache holds object code keyed by the LLVM IR text, gradir's and llvmlite's versions and
 the CPU's name and features. It lives in `$GRADIR_CACHE_DIR` (default `~/.cache/gradir/llvm`);
@@ -166,8 +168,22 @@ class LLVMCompiled:
     # -- the teaching view
     @property
     def source(self) -> str:
-        """The kernel listing (what each kernel covers and moves), then the LLVM IR gradir generated."""
-        return f"{self.listing}\n\n{self.module_ir}"
+        """The kernel listing (what each kernel covers and moves), which function runs which kernels, then
+        the LLVM IR gradir generated."""
+        return f"{self.listing}\n\n{self.sharing}\n\n{self.module_ir}"
+
+    @property
+    def sharing(self) -> str:
+        """Which kernels each compiled function runs (kernels of the same structure share one)."""
+        runs: dict[int, list[str]] = {}
+        for k in self.program.kernels:
+            if k.index in self.function_of:
+                runs.setdefault(self.function_of[k.index], []).append(k.name)
+        lines = [f"{len(self.function_of)} compiled kernels run {len(self.functions)} functions:"]
+        for f, names in sorted(runs.items()):
+            shown = ", ".join(names[:6]) + (f", ... ({len(names)} kernels)" if len(names) > 6 else "")
+            lines.append(f"  @{self.functions[f]} runs {shown}")
+        return "\n".join(lines)
 
     @property
     def listing(self) -> str:
