@@ -49,7 +49,7 @@ from gradir.ir import Graph, Value
 from gradir.ops.lifting import broadcast_view
 from gradir.primitive import get_primitive
 from gradir.tape_rules import tape_rule
-from gradir.trace import EagerOperand, bind, evaluate, user_source
+from gradir.trace import _BUILDERS, EagerOperand, bind, evaluate, user_source
 
 # -- grad mode --------------------------------------------------------------------------------------
 
@@ -188,8 +188,9 @@ class Tensor(EagerOperand):
 
     @classmethod
     def _wrap(cls, array=None, node: Node | None = None, storage: _Storage | None = None) -> Tensor:
-        t = object.__new__(cls)
-        t._init(storage if storage is not None else _Storage(array), node)
+        t = object.__new__(cls)  # _init, inlined: every eager op makes one
+        t._storage, t._node, t._requires_grad = storage if storage is not None else _Storage(array), node, node is not None
+        t._grad, t._retain, t._source = None, False, user_source()
         return t
 
     # -- array facts ---------------------------------------------------------------------------------
@@ -453,6 +454,35 @@ for _name, _attr in vars(Value).items():
     if _name in _NOT_SHARED or _name in vars(Tensor) or in_place or not isinstance(_attr, (property, types.FunctionType)):
         continue
     setattr(Tensor, _name, _attr)
+
+
+def _fast_arithmetic(dunder: str, op: str, reflected: bool):
+    """Tensor's `dunder`: in the common eager cases (a Python float or int, whose weak type is the
+    tensor's inexact dtype; or a Tensor of the same shape and dtype) the op's node is bound at once,
+    exactly as the gr op's lifting and broadcasting would bind it; anything else takes the gr op."""
+    general = vars(Value)[dunder]
+
+    def method(self, other):
+        if not _BUILDERS:
+            arr = self._storage.array
+            if type(other) is float or type(other) is int:
+                if dtypes.is_inexact(arr.dtype):
+                    c = np.asarray(other, arr.dtype)
+                    if arr.ndim:
+                        c = broadcast_view(c, arr.shape)
+                    return Tensor._eager_bind(op, (c, self) if reflected else (self, c), {})
+            elif type(other) is Tensor:
+                o = other._storage.array
+                if o.shape == arr.shape and o.dtype == arr.dtype and (op != "divide" or dtypes.is_inexact(arr.dtype)):
+                    return Tensor._eager_bind(op, (other, self) if reflected else (self, other), {})
+        return general(self, other)
+    method.__name__ = method.__qualname__ = dunder
+    return method
+
+
+for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "divide")):
+    setattr(Tensor, f"__{_name}__", _fast_arithmetic(f"__{_name}__", _op, False))
+    setattr(Tensor, f"__r{_name}__", _fast_arithmetic(f"__r{_name}__", _op, True))
 
 
 def _link(o, array: np.ndarray, read: bool):

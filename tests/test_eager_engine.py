@@ -1,7 +1,9 @@
 """The eager backward engine: Tensor.backward() walks the tape in reverse and runs each node's VJP
 rule, traced and compiled once per signature (gradir.tape_rules)."""
 
+import ml_dtypes
 import numpy as np
+import pytest
 
 import gradir as gr
 from gradir.tensor import _reachable
@@ -93,3 +95,32 @@ def test_repeated_index_write_uses_the_constant_indices():
     f(x).backward()
     np.testing.assert_allclose(x.grad.numpy(), central(f_np, x0), rtol=1e-6)
     np.testing.assert_allclose(x.grad.numpy(), gr.grad(f)(x0), rtol=1e-12)
+
+
+def _link_type(h):
+    a = h.storage.array if hasattr(h, "storage") else h  # a no-grad Tensor's link holds its storage
+    return type(h).__name__, tuple(a.shape), a.dtype
+
+
+def _record(t):
+    """What a result holds: value, dtype, and its node's op and operands (kind, shape, dtype)."""
+    n = t.grad_fn
+    return t.numpy().tolist(), t.dtype, None if n is None else (n.op, [_link_type(h) for h in n.inputs], n.shape, n.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, ml_dtypes.bfloat16, np.complex128, np.int64])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_tensor_arithmetic_fast_path_binds_what_the_gr_ops_bind(dtype, shape):
+    # Tensor's +, -, *, / bind the op directly in the common cases; the gr functions are the oracle
+    base = np.arange(1, 1 + int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    grad = np.dtype(dtype).kind in "fV"  # complex and integer tensors cannot require grad
+    x = gr.Tensor(base.astype(dtype), requires_grad=grad)
+    y = gr.Tensor((base + 2).astype(dtype))
+    fns = {"add": gr.add, "subtract": gr.subtract, "multiply": gr.multiply, "divide": gr.divide}
+    pairs = [(lambda a, b: a + b, "add"), (lambda a, b: a - b, "subtract"), (lambda a, b: a * b, "multiply"),
+             (lambda a, b: a / b, "divide")]
+    for other in (2.5, 3, y):
+        for expr, name in pairs:
+            assert _record(expr(x, other)) == _record(fns[name](x, other)), (name, other)
+            if not isinstance(other, gr.Tensor):
+                assert _record(expr(other, x)) == _record(fns[name](other, x)), (name, other, "reflected")
