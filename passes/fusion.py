@@ -240,7 +240,7 @@ class _Fuser:
     @staticmethod
     def _lowerable(n: Value) -> bool:
         """Whether the compiled backends compute n (else it runs on the NumPy reference)."""
-        if any(v.dtype not in LOWERED_DTYPES for v in (n, *n.inputs)):
+        if n.dtype not in LOWERED_DTYPES or any(u.dtype not in LOWERED_DTYPES for u in n.inputs):
             return False
         if n.op == "power" and not dtypes.is_float(n.dtype) or \
                 n.op == "convert" and n.dtype in (dtypes.float16, dtypes.bfloat16) and n.inputs[0].dtype == dtypes.float64:
@@ -290,8 +290,12 @@ class _Fuser:
     def _candidate(self, n: Value) -> Kernel | None:
         """The latest kernel producing an operand of n: the only one n may join (kernels stay in a
         topological order because a node joins a kernel only when all its other producers run earlier)."""
-        ks = [self.kernel_of[r] for r in map(self._root, n.inputs) if r in self.kernel_of]
-        return max(ks, key=lambda k: k.index, default=None)
+        best = None
+        for u in n.inputs:
+            k = self.kernel_of.get(self._root(u))
+            if k is not None and (best is None or k.index > best.index):
+                best = k
+        return best
 
     def _join(self, n: Value) -> bool:
         k = self._candidate(n)
