@@ -129,7 +129,7 @@ class ModuleBuilder:
         pos.add_incoming(ir.Constant(I64, 0), entry)
         word = lambda i: b.load(b.gep(table, [b.add(pos, ir.Constant(I64, i))], source_etype=I64), typ=I64)
         switch = b.switch(word(0), bad)
-        status, width = [], []
+        incoming = []  # per function: (its status, the table words its entry takes, the block calling it)
         for f, k in enumerate(self.functions):
             case = fn.append_basic_block(f"f{f}")
             switch.add_case(ir.Constant(I64, f), case)
@@ -138,14 +138,13 @@ class ModuleBuilder:
             for j in range(len(self.kernel_params(k))):
                 base = b.load(b.gep(slots, [word(1 + 2 * j)], source_etype=PTR), typ=PTR)
                 args.append(b.gep(base, [word(2 + 2 * j)], source_etype=I8))
-            status.append((b.call(self.module.get_global(k.name), args), case))
-            width.append((ir.Constant(I64, 1 + 2 * len(args)), case))
+            incoming.append((b.call(self.module.get_global(k.name), args), ir.Constant(I64, 1 + 2 * len(args)), case))
             b.branch(after)
         b.position_at_end(bad)
         b.unreachable()
         b.position_at_end(after)
         st, wd = b.phi(I32, name="status"), b.phi(I64, name="width")
-        for (v, blk), (w, _) in zip(status, width):
+        for v, w, blk in incoming:
             st.add_incoming(v, blk)
             wd.add_incoming(w, blk)
         nxt, moved = b.add(s, ir.Constant(I64, 1)), b.add(pos, wd)
