@@ -1,12 +1,13 @@
 """E. What backward keeps alive, seen from the eager front door (`gr.Tensor`).
 
 `gr.Tensor` works like a PyTorch tensor: ops run at once and, on tensors that require grad, record
-a tape node (`grad_fn`) that keeps what its VJP rule reads. `backward()` turns the tape into
-gradir's IR, differentiates and partitions it like `gr.grad`, and reads the saved values back from
-the tape. This program shows the eager semantics that follow from that, each with its figure:
+a tape node (`grad_fn`) that keeps what its VJP rule reads. `backward()` walks the tape in reverse
+and runs each node's VJP rule (traced once per signature into gradir's IR and compiled);
+`last_backward()` shows the tape as a forward graph and the partition `gr.grad` makes of it.
+This program shows the eager semantics that follow from that, each with its figure:
 
 1. What each tape node keeps ("multiply keeps the other operand", "add keeps nothing"), and the
-   tape printed as the forward graph backward() builds from it.
+   tape printed as a forward graph (`last_backward().graph`).
 2. Version check: x=[2,3], y=sum(x*x), then `x += 1` under no_grad (nothing recorded, but the
    storage's version moves from 0 to 1): backward refuses, because multiply saved x at version 0.
    The same mutation after y=sum(x+2) is allowed: add keeps nothing, and dy/dx=[1,1] still holds.
@@ -125,7 +126,7 @@ def main(verbose: bool = True) -> dict:
         for row in t["keeps"]:
             print(f"   {row['op']:<10} {row['keeps']:<36} ({row['source']})")
         print(f"   values held by each tape node: {t['saved_per_node']}")
-        print("   the tape as the forward graph backward() builds:")
+        print("   the tape as a forward graph (last_backward().graph):")
         print("   " + t["tape_graph"].replace("\n", "\n   "))
         print(f"   residuals of the backward program: {t['residuals']} (read from the tape: {t['from_tape']}, "
               f"recomputed: {t['recomputed']})")

@@ -1,4 +1,4 @@
-"""`gr.Tensor`: the eager, PyTorch-like front door, built on the same IR and passes.
+"""`gr.Tensor`: the eager, PyTorch-like front door, built on the same op rules, IR and passes.
 
     t = gr.Tensor(np.array([2.0, 3.0]), requires_grad=True)
     y = (t * t).sum(); y.backward(); t.grad          # Tensor([4. 6.])
@@ -9,14 +9,15 @@ appends a node to the tape (the `grad_fn`): the op, links to where each operand 
 node, a leaf, or a constant), attributes, the user's source line, and the storage and *version* of
 every value the op's VJP rule reads for the operands that need a gradient (`gradir.rules`).
 
-The tape is the IR. `backward()` turns the nodes reachable from the root into a forward `Graph`
-(every leaf, requiring grad or not, is an input, so no value is baked in), differentiates it with
-`joint_graph`, cleans it with `run_pipeline` and splits it with `partition`, as `gr.grad` does. The
-backward program's residuals are not recomputed: each is matched structurally to a value of the
-tape (a saved operand/output, or a leaf) and read from there after the version check. A residual
-the cleanup passes created (no tape value has its structure) is recomputed from the tape's values.
-The backward program then runs on the NumPy backend, or, with `create_graph=True`, through `bind`
-on Tensors (`inline`), so the gradients are Tensors with history of their own.
+`backward()` checks the versions of everything the reachable nodes saved, then walks them in
+reverse recording order, as PyTorch's engine does (no recursion, so tapes of any depth): a node's
+cotangent is the sum of its users' contributions, and its op's VJP rule turns it into its operands'.
+The rule is the op library's, traced once per signature into a small IR graph, cleaned by the
+default pipeline and compiled by the NumPy backend (`gradir.tape_rules`); with `create_graph=True`
+that graph runs through `bind` on Tensors (`inline`), so the gradients are Tensors with history of
+their own. `last_backward()` shows the tape as gradir's IR: the forward `Graph` of the nodes (every
+leaf an input), and, built when asked, the partition `gr.grad`'s pipeline makes of it and which of
+its residuals the tape holds.
 
 Differences from PyTorch, on purpose: results never alias their operands (a slice or reshape is a
 copy, so an in-place op never changes another Tensor behind its version counter); dtypes follow
