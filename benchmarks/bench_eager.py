@@ -44,6 +44,7 @@ from gradir.fileio import write_atomic
 from gradir.tensor import _reachable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_backends import OtherLoad, _busy_cores  # noqa: E402
 from bench_core import mlp_batch, mlp_loss, mlp_params  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).with_name("eager.md")
@@ -212,7 +213,9 @@ def header(command: str, args) -> str:
         "backward timed separately in every step; each workload with the garbage collector on, then off. ms: "
         "median over rounds of the per-step time; spread: half the interquartile range; "
         "µs/op: ms over the system's recorded ops (per-op overhead); "
-        "gradir / PyTorch: ratio of the medians (the target is 5x or less).", ""])
+        "gradir / PyTorch: ratio of the medians (the target is 5x or less). Cores busy with other processes at "
+        f"the start: {_busy_cores():.1f} (a shared machine's load inflates both systems' times and the spreads).",
+        ""])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -239,8 +242,10 @@ def main(argv: list[str] | None = None) -> dict:
         title, g, t = workload(key, args.chain_ops)
         err = check(g, t)
         for collect in (True, False):
+            load = OtherLoad().start()
             time_interleaved([g, t], args.rounds, args.block_ms / 1e3, args.warmup_s, collect)
             table, ratios[key, collect] = render(title, g, t, err, collect)
+            table += f"\nOther processes kept {load.cores():.2f} cores busy on average while this table was timed.\n"
             print(table)
             parts.append(table)
     write_atomic(args.out, "\n".join(parts))
