@@ -304,12 +304,14 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable
     """`fn`'s value and its gradient with respect to the positional arguments `argnums`.
 
     Gradients come back in the structure of the arguments (pytrees) and as the same kind of array.
+    The returned function traces `fn` once per input signature and reuses that graph (gradir.cache).
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         f = functools.partial(fn, **kwargs) if kwargs else fn  # keyword arguments: passed through, not differentiated
         a = _prepare(f, args)
-        graph, nums, forward = _cached(fn, ("value_and_grad", argnums), a, lambda: _grad_graph(f, a, argnums, "grad"))
+        # cached per transformed function, as gr.compile caches per compiled object: gr.grad(f) made anew traces anew
+        graph, nums, forward = _cached(wrapper, ("value_and_grad", argnums), a, lambda: _grad_graph(f, a, argnums, "grad"))
         values = _finish(_execute(graph, a.flat + _captures(forward)), a)
         grads = _split_grads(values[1:], a, nums)
         return values[0], (grads[0] if isinstance(argnums, int) else tuple(grads))

@@ -6,8 +6,10 @@ and reuse that work on later calls with the same signature, as `gr.compile` does
 a cached graph holds what the function read while it was traced: arrays and Python values it closes
 over are baked in as constants. Pass data that changes as arguments, or call `gr.clear_caches()`.
 
-Entries are keyed weakly by the function object, so a function's entries go when it does; each
-function keeps at most `MAX_ENTRIES` signatures (the oldest is dropped first).
+What the entries are keyed by: for `grad` and `value_and_grad`, the function they return (like a
+`gr.compile` object: `g = gr.grad(f)` reuses its traces, a new `gr.grad(f)` starts afresh); for `vjp`
+and `jvp`, which return no function, the function differentiated. Keys are weak, so entries go with
+their function; each keeps at most `MAX_ENTRIES` signatures (the oldest is dropped first).
 """
 
 from __future__ import annotations

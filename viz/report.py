@@ -162,13 +162,13 @@ def saved_table(saved, limit: int | None = TABLE_ROWS) -> str:
 
 
 def memory_tables(plans: dict, limit: int | None = TABLE_ROWS) -> str:
-    summary = [[name, human_bytes(p.peak_bytes), p.peak_step, human_bytes(p.lower_bound_bytes),
+    summary = [[name, human_bytes(p.peak_bytes), p.where(p.peak_step) if p.order else "", human_bytes(p.lower_bound_bytes),
                 human_bytes(p.arena_bytes), f"{p.fragmentation:.1%}", len(p.order)] for name, p in plans.items()]
-    out = [html_table(["plan", "peak", "peak step", "lower bound", "arena", "fragmentation", "steps"], summary,
-                      {"peak", "peak step", "lower bound", "arena", "fragmentation", "steps"}, caption="memory plans")]
+    out = [html_table(["plan", "peak", "peak at", "lower bound", "arena", "fragmentation", "steps"], summary,
+                      {"peak", "lower bound", "arena", "fragmentation", "steps"}, caption="memory plans")]
     name, plan = next(iter(plans.items()))
     d = plan.to_dict()
-    rows = [[s["step"], s["phase"], s["node"], s["op"], human_bytes(s["live_bytes"])] for s in d["steps"]]
+    rows = [[s["phase_step"], s["phase"], s["node"], s["op"], human_bytes(s["live_bytes"])] for s in d["steps"]]
     around = range(plan.peak_step - 10, plan.peak_step + 11)
     out.append(html_table(["step", "phase", "runs", "op", "live"], rows, {"step", "live"}, highlight=plan.peak_step,
                           caption=f"timeline of {d['graph']} ({name}); peak row in bold", limit=limit, keep=around,
@@ -446,7 +446,7 @@ def _summary(gt) -> str:
             ["backward", f"{len(gt.backward.inputs)} inputs, {len(gt.backward.nodes)} nodes, {gt.schedule.policy} schedule"],
             ["saved for backward", f"{saved.count} values, {human_bytes(saved.bytes)} new memory "
                                    f"({human_bytes(saved.total_bytes)} read)"],
-            ["planned peak", f"{human_bytes(mem.peak_bytes)} at step {mem.peak_step} of {len(mem.order)}"],
+            ["peak", f"{human_bytes(mem.peak_bytes)} at {mem.where(mem.peak_step)}" if mem.order else "nothing runs"],
             ["recompute", gt.remat.plan.policy]]
     return "<table class=\"summary\"><tbody>" + "".join(
         f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows) + "</tbody></table>"
