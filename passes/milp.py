@@ -14,36 +14,48 @@ The model follows what `partition(joint, saved=S)` builds and `remat.evaluate` m
   decides x.
 - Memory: the stitched forward+backward timeline under `plan_memory(..., count_outputs=False)`'s
   rule (a buffer lives from its step through the last step reading it or a view of it; inputs,
-  constants, 0-d values and results not counted). One row per forward step, backward step and
-  possible recompute step: live bytes <= budget. Liveness is propagated backwards over each unit's
-  events (see `Model`), with recomputed nodes inside a group in forward order.
+  constants, 0-d values and results not counted), at every forward step, backward step and possible
+  recompute step (recomputed nodes inside a group in forward order): live bytes <= budget. A unit
+  the backward reads is alive, kept or recomputed, from its start through its last reader, K + the
+  x started so far (linear, no variables of its own); a unit recomputed exactly with its one reader
+  lives from its step to that reader's; any other unit's liveness is propagated backwards over its
+  events (see `Model`). Live bytes are running sums, L[p] >= L[p-1] + what starts or ends at p:
+  O(variables) nonzeros, where one dense row per step (the first formulation) had O(steps x units),
+  4.2 million at 48 blocks, and presolve alone took longer than the solve.
 - Objective: recompute flops (`Primitive.cost`, as `evaluate` reports), then as tie-breaks blocks
   recomputed (fewer block calls) and recomputed ops, folded into one integral objective.
 
 Exact reductions keep it small: a unit no backward node reads, read by one keepable unit no larger
 than itself, is never worth keeping (keeping its reader holds no more bytes at any step and
 recomputes less); an unkeepable unit with one reader and no backward reader shares its reader's
-variables (recomputed exactly with it); with a heuristic plan within budget, groups whose forced
-recompute chain alone costs more are dropped, and cost <= that plan's is a constraint.
+variables (recomputed exactly with it); a recompute group is dropped for a unit when the chain of
+readers it forces into that group costs more than the best heuristic plan within budget, or when
+that chain's buffers still alive at the group's backward step do not fit the budget beside that
+step's fixed bytes (this bounds chains by the budget: O(blocks x budget) variables, not O(blocks^2)).
+
+Solving, within `time_limit` seconds: the cheapest heuristic plan within budget is the incumbent.
+The LP relaxation (interior point) gives a lower bound on every plan's flops; if the incumbent is
+within `mip_rel_gap` of it, done. Else a local search (LP rounding, then keep-one-more and swap
+moves, each verified by `measure`) improves the incumbent, and the MILP looks only for plans
+strictly cheaper than it; finding none proves the incumbent's bound. Every plan reports its time
+limit, solve time, proven gap and lower bound (options and note); a plan without a proven gap (MILP
+not attempted above `max_vars` recompute variables, or stopped before any bound) warns
+(PlannerWarning). On TEACHING.md E's model: 48 blocks proven optimal in ~12-20 s, 120 in ~25-50 s
+(benchmarks/remat.md). A budget below the least peak the planner reaches (a MILP minimising the
+peak, and the heuristics) raises BudgetError stating it. memory_budget=None recomputes nothing.
 
 Exactness: partition runs each recompute group in forward order, as the model assumes, so the
 model's peak and flops are `evaluate`'s for any saved set. Each solution is still verified with
 `evaluate`'s computation, as a guard: over budget, the model's budget would be lowered by the excess
-and it solved again (the plan then says it is not proven optimal).
-
-Fallback: beyond `max_vars` recompute variables (about 30 blocks of TEACHING.md E's model; 24 are
-solved to proven optimality in ~15 s, 12 in ~2 s),
-or when the solve ends without a solution, the cheapest heuristic plan (none, uniform over a range
-of segment counts, selective, mincut) within budget, optimal=False, with a note. A budget below the
-least peak the planner reaches (a MILP minimising the peak, and the heuristics) raises BudgetError
-stating it. memory_budget=None recomputes nothing (the none plan).
+and it solved again (the plan then has no proven gap).
 """
 
 from __future__ import annotations
 
-import bisect
+import itertools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +69,8 @@ from gradir.passes.report import human_bytes
 from gradir.primitive import get_primitive
 
 SHOW_LOG = False   # print HiGHS's log (debugging)
-MAX_VARS = 6_000  # recompute variables x[u, g] above which the MILP is not attempted
+EPS = 1e-6        # relative: plans this close in flops are one to HiGHS's tolerances (a gap this small is optimal)
+MAX_VARS = 60_000  # recompute variables x[u, g] above which the MILP is not attempted
 
 
 # -- the timeline facts the model is built on ------------------------------------------------------
@@ -207,6 +220,12 @@ def analyse(joint: Graph) -> Timeline:
     return Timeline(units, free, len(fwd), m, [int(x) for x in fixed_f], fixed_b, fixed_gap)
 
 
+def keep_of_saved(tl: Timeline, saved) -> set[int]:
+    """The units a saved set keeps (the inverse of plan_from_keep, for plans made elsewhere)."""
+    saved = set(saved) if saved is not None else {m for u in tl.units for m in u.saveable}
+    return {i for i, u in enumerate(tl.units) if u.keepable and any(m in saved for m in u.saveable)}
+
+
 def plan_from_keep(tl: Timeline, keep) -> frozenset[Value]:
     """The saved set of a unit-level choice: every candidate member of each kept unit, and the free
     candidates (views of inputs)."""
@@ -229,17 +248,24 @@ class Model:
     event, G0, is the forward buffer kept into the backward. This is the tight form of "alive from
     its start through its last reader"; indicators are continuous and only ever counted against the
     budget, so they take their least values where it binds.
-    Memory rows are kept apart as (bytes fixed, {var: bytes}), meaning fixed + sum <= budget."""
+    Live bytes are running sums (`_memory_rows`): L at a point >= L at the point before plus what
+    changes there, so the model has O(events) nonzeros, not one dense row of every live unit per point.
+    Memory rows are kept apart as {L variable (None: nothing variable): bytes fixed}, meaning
+    fixed + L * scale <= budget."""
 
     def __init__(self, tl: Timeline):
         self.tl = tl
         self.n = 0
         self.binary: list[bool] = []
+        self.ub: list[float] = []
         self.K: dict[int, int] = {}
         self.X: dict[tuple[int, int], int] = {}
         self.rows: list[tuple[dict[int, float], float, float]] = []
         self.lower: list[tuple[int, dict[int, float], float]] = []  # var >= const + sum: in order of evaluation
-        self.mem: dict[frozenset, int] = {}
+        self.mem: dict[int | None, int] = {}
+        self.cscale = math.gcd(*[u.cost for u in tl.units if u.cost]) or 1  # flops per unit of objective
+        sizes = [b for u in tl.units for b in (u.fbytes, u.rbytes)] + [*tl.fixed_f, *tl.fixed_b, *tl.fixed_gap]
+        self.scale = math.gcd(*[int(b) for b in sizes if b]) or 1  # bytes per unit of L
         self.alias: dict[int, int] = {}  # unit -> the reader whose recompute variables it shares
         self.xs: list[list[tuple[int, int]]] = [[] for _ in tl.units]  # per unit: (group, var), by group
         for i, u in reversed(list(enumerate(tl.units))):
@@ -258,9 +284,8 @@ class Model:
 
     def _var(self, binary: bool, ub: float = 1) -> int:
         self.binary.append(binary)
+        self.ub.append(ub)
         self.n += 1
-        if not binary and ub == 0:
-            self.rows.append(({self.n - 1: 1}, 0, 0))
         return self.n - 1
 
     def _x(self, i: int, lo=-math.inf, hi=math.inf) -> tuple[int, ...]:
@@ -305,9 +330,26 @@ class Model:
             self.point_of[j, None] = len(self.points)
             self.points.append((j, None))
 
+    def _last_read(self, i: int) -> int | None:
+        """The point of unit i's last backward reader if its buffer, kept or recomputed, lives exactly
+        up to it: the backward reads it (so it is kept or recomputed), no recomputed reader can come
+        later, and the kept copy counts as much as a recomputed one. Else None."""
+        u = self.tl.units[i]
+        if not u.direct or u.fbytes != u.rbytes:
+            return None
+        last = self.point_of[max(u.readers), None]
+        if any(self.point_of[g, c] > last for c in u.consumers for g, _ in self.xs[c]):
+            return None
+        return last
+
     def _liveness(self):
-        """Per unit with a buffer: its events, and E/G variables propagated backwards over them."""
+        """Per unit with a buffer: whether it is alive at each point. Most units need no variables of
+        their own: one the backward reads (`_last_read`) is alive from its start (forward, or its
+        recompute step) through its last reader, K + x started so far; one recomputed exactly with its
+        only reader (`alias`) is alive from its step through that reader's. Any other gets events (its
+        possible starts and reads) and E/G variables propagated backwards over them."""
         units = self.tl.units
+        self.last: dict[int, int] = {}      # units alive through their last reader's point
         self.events: list[list[int]] = []   # per unit: points where it starts or is read, in order
         self.E: list[list[int]] = []
         self.G: list[list[int]] = []
@@ -315,7 +357,10 @@ class Model:
         for i, u in enumerate(units):
             demand: dict[int, dict[int, float]] = {}
             start: dict[int, int] = {}
-            if u.rbytes or u.fbytes:
+            last = self._last_read(i) if u.rbytes or u.fbytes else None
+            if last is not None:
+                self.last[i] = last
+            elif (u.rbytes or u.fbytes) and i not in self.alias:
                 for g, xv in self.xs[i]:
                     start[self.point_of[g, i]] = xv
                 for j in u.readers:
@@ -347,37 +392,70 @@ class Model:
             self.G.append(G)
             self.G0.append(g0)
 
-    def _state(self, i: int, p: int) -> int | None:
-        """The variable saying whether unit i's buffer is alive at point p (None: it is not)."""
-        ev = self.events[i]
-        k = bisect.bisect_right(ev, p) - 1
-        if k < 0:
-            return self.G0[i]
-        return self.E[i][k] if ev[k] == p else self.G[i][k]
-
     def _memory_rows(self):
-        tl, units = self.tl, self.tl.units
-        for s in range(tl.n_forward):  # forward steps: kept buffers stay past their last forward reader
-            self._add_mem(tl.fixed_f[s], [(u.fbytes, self.G0[i]) for i, u in enumerate(units)
-                                          if u.pos <= s and u.last_fwd < s and self.G0[i] is not None])
-        for p, (j, i) in enumerate(self.points):
-            if i is not None and not units[i].rbytes:
-                continue  # allocates nothing: never above the step before it
-            fixed = tl.fixed_b[j] if i is None else tl.fixed_gap[j]
-            terms = []
-            for w, u in enumerate(units):
-                v = self._state(w, p)
-                if v is not None:
-                    terms.append((u.fbytes if v == self.G0[w] else u.rbytes, v))
-            self._add_mem(fixed, terms)
+        """Running sums of live bytes, in units of `scale` bytes. Forward step s: kept buffers past
+        their last forward reader (a G0 joins at last_fwd + 1 and stays). Backward point p: every unit's
+        state variable changes only at its events and right after them, so L[p] >= L[p-1]
+        plus, per unit changing there, bytes * (new state - old state). Telescoping, L[p] is at least
+        the live bytes of the states whatever values they take, and equal at the least solution; a
+        state only ever raises L, so the states still take their least values where memory binds."""
+        tl, units, scale = self.tl, self.tl.units, self.scale
+        joins: dict[int, dict[int, float]] = {}
+        for i, u in enumerate(units):
+            kept = self.K.get(i) if i in self.last else self.G0[i]
+            if kept is not None and u.fbytes and u.last_fwd + 1 < tl.n_forward:
+                joins.setdefault(u.last_fwd + 1, {})[kept] = u.fbytes / scale
+        prev = None
+        for s in range(tl.n_forward):
+            if s in joins:
+                prev = self._running_sum(prev, joins[s])
+            self._add_mem(tl.fixed_f[s], prev)
+        change: list[dict[int, float]] = [{} for _ in self.points]
 
-    def _add_mem(self, fixed: int, terms: list[tuple[int, int]]):
-        row: dict[int, int] = {}
-        for nbytes, v in terms:
-            if nbytes:
-                row[v] = row.get(v, 0) + nbytes
-        key = frozenset(row.items())
-        self.mem[key] = max(self.mem.get(key, 0), int(fixed))
+        def moves(p: int, old: int | None, old_bytes: int, new: int, new_bytes: int):
+            if p < len(change):
+                row = change[p]
+                if old is not None and old_bytes:
+                    row[old] = row.get(old, 0) - old_bytes / scale
+                if new_bytes:
+                    row[new] = row.get(new, 0) + new_bytes / scale
+        for i, last in self.last.items():  # alive = K + x started so far, through the last reader
+            u, both = units[i], ([self.K[i]] if i in self.K else []) + [v for _, v in self.xs[i]]
+            if i in self.K:
+                moves(0, None, 0, self.K[i], u.rbytes)
+            for g, v in self.xs[i]:
+                moves(self.point_of[g, i], None, 0, v, u.rbytes)
+            for v in both:
+                moves(last + 1, v, u.rbytes, v, 0)
+        for i, c in self.alias.items():  # alive from its step through its reader's, in the same group
+            for g, v in self.xs[i]:
+                moves(self.point_of[g, i], None, 0, v, units[i].rbytes)
+                moves(self.point_of[g, c] + 1, v, units[i].rbytes, v, 0)
+        for i, u in enumerate(units):
+            ev = self.events[i]
+            for k, p in enumerate(ev):
+                if k == 0:
+                    moves(0, None, 0, self.G0[i], u.fbytes)  # before the first event: the kept forward buffer
+                    moves(p, self.G0[i], u.fbytes, self.E[i][0], u.rbytes)
+                else:
+                    moves(p, self.G[i][k - 1], u.rbytes, self.E[i][k], u.rbytes)
+                if k + 1 == len(ev) or ev[k + 1] != p + 1:
+                    moves(p + 1, self.E[i][k], u.rbytes, self.G[i][k], u.rbytes)
+        prev = None
+        for p, (j, i) in enumerate(self.points):
+            if change[p]:
+                prev = self._running_sum(prev, change[p])
+            if i is None or units[i].rbytes:  # a step allocating nothing is never above the step before it
+                self._add_mem(tl.fixed_b[j] if i is None else tl.fixed_gap[j], prev)
+
+    def _running_sum(self, prev: int | None, delta: dict[int, float]) -> int:
+        """A new running-sum variable: >= prev + delta."""
+        total = self._var(False, ub=math.inf)
+        self.lower.append((total, ({prev: 1} if prev is not None else {}) | delta, 0))
+        return total
+
+    def _add_mem(self, fixed: int, total: int | None):
+        self.mem[total] = max(self.mem.get(total, 0), int(fixed))
 
     # -- evaluating an assignment ------------------------------------------------------------------
 
@@ -410,23 +488,21 @@ class Model:
 
     def peak(self, val: np.ndarray) -> int:
         """The model's activation peak of an assignment."""
-        return max(fixed + sum(c * val[v] for v, c in key) for key, fixed in self.mem.items())
+        return max(fixed + (0 if v is None else round(val[v] * self.scale)) for v, fixed in self.mem.items())
 
     # -- solving ---------------------------------------------------------------------------------------
 
-    def solve(self, budget: int | None, time_limit: float, objective: str = "flops", extra_rows=()):
+    def solve(self, budget: int | None, time_limit: float, objective: str = "flops", extra_rows=(),
+              mip_rel_gap: float = 0.0, relax: bool = False):
         """scipy.optimize.milp under `objective`: "flops" (recompute flops), "ties" (blocks recomputed,
         then recomputed ops: the tie-break among equally cheap plans, with a row fixing the flops in
-        `extra_rows`) or "peak" (the least peak; `budget` unused). Returns (scipy result, values or
-        None)."""
+        `extra_rows`) or "peak" (the least peak; `budget` unused). HiGHS stops at `time_limit`
+        seconds or once its gap is at most `mip_rel_gap`; `relax`: the LP relaxation (no integers).
+        Returns (scipy result, values or None: the values only of an integral solve)."""
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_matrix
 
-        units = self.tl.units
-        nbytes = [c for key in self.mem for _, c in key] + list(self.mem.values())
-        scale = math.gcd(*[int(b) for b in nbytes if b]) or 1
-        costs = [u.cost for u in units if u.cost]
-        cscale = math.gcd(*costs) if costs else 1
+        units, scale, cscale = self.tl.units, self.scale, self.cscale
         minimize_peak = objective == "peak"
         nblocks = max((u.block + 1 for u in units if u.block is not None), default=0) if objective == "ties" else 0
         n = self.n + (1 if minimize_peak else nblocks)
@@ -460,31 +536,52 @@ class Model:
                 add({self.n + b: 1} | dict.fromkeys(self._x(i), -1), 0, math.inf)
         for v, coefs, const in self.lower:
             add({v: 1} | {w: -c for w, c in coefs.items()}, const, math.inf)
-        for key, fixed in self.mem.items():
-            coefs = {v: c / scale for v, c in key}
+        for v, fixed in self.mem.items():
+            coefs = {} if v is None else {v: 1}
             if minimize_peak:
                 add(coefs | {n - 1: -1}, -math.inf, -fixed / scale)
             else:
                 add(coefs, -math.inf, math.floor(budget / scale) - fixed / scale)
         A = coo_matrix((data, (rows, cols)), shape=(len(lo), n)).tocsr()
         integrality = np.array([1 if b else 0 for b in self.binary] + [1 if minimize_peak else 0] * (n - self.n))
-        ub = np.ones(n)
+        if relax:
+            integrality[:] = 0
+        ub = np.array(self.ub + [1.0] * (n - self.n))
         if minimize_peak:
             ub[-1] = np.inf  # the peak, in whole units of `scale` bytes
-        res = milp(obj, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, ub),
-                   options={"time_limit": max(0.1, time_limit), "mip_rel_gap": 0, "presolve": True, "disp": SHOW_LOG})
-        if res.x is None:
+        options = {"time_limit": max(0.1, time_limit), "mip_rel_gap": mip_rel_gap, "presolve": True, "disp": SHOW_LOG,
+                   "mip_detect_symmetry": False}  # symmetry detection: seconds on these models, no gain
+        if relax:  # interior point without crossover: its optimum (to 1e-8) is all a bound needs, 5x faster
+            options |= {"solver": "ipm", "run_crossover": "off"}
+        with warnings.catch_warnings():  # scipy passes options it does not know on to HiGHS, with a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = milp(obj, constraints=LinearConstraint(A, lo, hi), integrality=integrality, bounds=Bounds(0, ub),
+                       options=options)
+        if res.x is None or relax:
             return res, None
         binary = np.array(self.binary, dtype=bool)  # bool even when empty: a plan may have no binaries at all
         val = np.where(binary, np.round(res.x[:self.n]), res.x[:self.n])
         return res, self.fill(val)
 
-    def cost_row(self) -> dict[int, int]:
-        """The recompute flops as a linear form."""
-        row: dict[int, int] = {}
+    def lower_bound(self, res) -> float | None:
+        """The least recompute flops HiGHS proved in a "flops" solve, MILP or LP relaxation (inf:
+        infeasible; None: no bound, as scipy reports none for a MILP stopped before a solution)."""
+        if res.status == 2:
+            return math.inf
+        bound = getattr(res, "mip_dual_bound", None)
+        if bound is None and res.status == 0:
+            bound = res.fun  # an LP: its optimum
+        if bound is None or not math.isfinite(bound):
+            return None
+        return max(0.0, bound * self.cscale)
+
+    def cost_row(self, at_most: float) -> tuple[dict[int, float], float, float]:
+        """The row: recompute flops <= `at_most` (> 0), divided by it: coefficients of at most 1 and a
+        right-hand side of 1, where HiGHS's tolerances (1e-7) are far below EPS."""
+        row: dict[int, float] = {}
         for (i, _), v in self.X.items():
-            row[v] = row.get(v, 0) + self.tl.units[i].cost
-        return row
+            row[v] = row.get(v, 0) + self.tl.units[i].cost / at_most
+        return row, -math.inf, 1.0
 
     def keep_of(self, val: np.ndarray) -> list[int]:
         """The units a solution keeps."""
@@ -544,99 +641,201 @@ def screen(joint: Graph, plans: list[RematPlan]) -> list[Candidate]:
     return [Candidate(p, *measure(joint, p.saved)) for p in plans]
 
 
+class PlannerWarning(UserWarning):
+    """The optimal recompute planner could not prove a gap: its plan is a heuristic's, or a plan no
+    bound was proved for (the plan's note and options say which)."""
+
+
 def plan_optimal(joint: Graph, memory_budget: int | None = None, time_limit: float = 20.0, max_vars: int = MAX_VARS,
-                 heuristics: list[Candidate] | None = None, ties_limit: float = 5.0) -> RematPlan:
+                 heuristics: list[Candidate] | None = None, ties_limit: float = 5.0,
+                 mip_rel_gap: float = 0.0) -> RematPlan:
     """The plan recomputing the fewest flops whose activation peak (`evaluate(...).peak_bytes`) is at
     most `memory_budget` bytes, by a MILP solved within `time_limit` seconds (see the module
-    docstring). `optimal` says whether HiGHS proved it (options carry the solve time and gap).
-    memory_budget=None: nothing is recomputed (the none plan, trivially optimal). Raises
-    BudgetError below the smallest peak the planner reaches. `heuristics`: screened heuristic plans,
-    to reuse across budgets (default: `screen(joint, heuristic_plans(joint))`). Among plans of the
-    least flops, a second solve of at most `ties_limit` seconds looks for the fewest blocks
-    recomputed (block calls), then the fewest recomputed ops."""
+    docstring), stopping early once the proved gap is at most `mip_rel_gap`.
+
+    The cheapest heuristic plan within budget is the incumbent: the MILP looks for a strictly cheaper
+    plan, so a run that ends at the time limit still returns a plan no worse than every heuristic.
+    Every plan reports, in its options and note, the time limit, the solve time and the proven gap
+    (flops over the proven lower bound, `lower_bound_flops`); `optimal` is True when the gap is 0.
+    When no gap is proven (the MILP not attempted, or no bound within the time limit) a
+    PlannerWarning says so. memory_budget=None: nothing is recomputed (the none plan, optimal).
+    Raises BudgetError below the smallest peak the planner reaches. `heuristics`: screened
+    heuristic plans, to reuse across budgets (default: `screen(joint, heuristic_plans(joint))`).
+    Among plans of the least flops, a second solve of at most `ties_limit` seconds looks for the
+    fewest blocks recomputed (block calls), then the fewest recomputed ops."""
     t0 = time.perf_counter()
     if memory_budget is None:
-        return RematPlan("optimal", plan_remat(joint, "none").saved, {"memory_budget": None}, optimal=True,
-                         note="no budget: nothing recomputed")
+        return RematPlan("optimal", plan_remat(joint, "none").saved,
+                         {"memory_budget": None, "time_limit": time_limit, "gap": 0.0, "lower_bound_flops": 0},
+                         optimal=True, note="no budget: nothing recomputed (gap 0%)")
     budget = int(memory_budget)
     if budget < 0:
         raise BudgetError(f"memory budget must be a number of bytes >= 0, got {memory_budget!r}", op="remat")
     pool = heuristics if heuristics is not None else screen(joint, heuristic_plans(joint))
     best = min((c for c in pool if c.peak <= budget), key=lambda c: (c.flops, c.peak), default=None)
-    options = {"memory_budget": budget, "time_limit": time_limit}
+    options = {"memory_budget": budget, "time_limit": time_limit, "mip_rel_gap": mip_rel_gap}
 
-    def done(saved, optimal: bool, note: str, **extra) -> RematPlan:
-        return RematPlan("optimal", saved, options | extra | {"solve_s": round(time.perf_counter() - t0, 3)},
-                         optimal, note)
+    def left() -> float:
+        return time_limit - (time.perf_counter() - t0)
 
-    def fallback(why: str, minimum: int | None = None) -> RematPlan:
-        if best is None:
-            least = min([c.peak for c in pool] + ([minimum] if minimum is not None else []))
-            raise BudgetError(f"memory budget {human_bytes(budget)} ({budget:,} bytes) is below the smallest "
-                              f"activation peak this planner can reach, {human_bytes(least)} ({least:,} bytes)",
-                              op="remat")
-        return done(best.plan.saved, False, f"{why}; fallback: the cheapest heuristic within budget, {label(best.plan)}")
+    def done(saved, flops: int, how: str, lower: float | None, status: str) -> RematPlan:
+        """The plan, with its proven gap: (flops - lower bound) / flops, None when unproven."""
+        lower = None if lower is None else min(lower, flops)
+        gap = None if lower is None else (0.0 if flops - lower < 0.5 else (flops - lower) / flops)
+        solve_s = round(time.perf_counter() - t0, 3)
+        limits = f"{solve_s:.1f} s of a {time_limit:g} s time limit"
+        if gap is None:
+            note = f"{how}; no proven gap ({status}; {limits})"
+            warnings.warn(f"remat='optimal': {note}", PlannerWarning, stacklevel=3)
+        elif gap <= EPS:
+            note = f"proven optimal, gap {'0%' if gap == 0 else f'{gap:.4%} (tolerance)'} ({how}; {limits})"
+        else:
+            note = f"gap {gap:.2%} proven ({how}; {status}; lower bound {lower:,.0f} flops; {limits})"
+        return RematPlan("optimal", saved, options | {"solve_s": solve_s, "status": status, "gap": gap,
+                                                       "lower_bound_flops": None if lower is None else round(lower)},
+                         gap is not None and gap <= EPS, note)
+
+    def no_plan(least: int | None = None):
+        least = min([c.peak for c in pool] + ([least] if least is not None else []))
+        raise BudgetError(f"memory budget {human_bytes(budget)} ({budget:,} bytes) is below the smallest "
+                          f"activation peak this planner can reach, {human_bytes(least)} ({least:,} bytes)",
+                          op="remat")
 
     if best is not None and best.flops == 0:
-        return done(best.plan.saved, True, "nothing recomputed within budget")
+        return done(best.plan.saved, 0, "nothing recomputed within budget", 0, "no MILP needed")
+    incumbent = f"the cheapest heuristic within budget, {label(best.plan)}" if best is not None else ""
     tl = analyse(joint)
-    if best is not None:
-        _prune(tl, best.flops)
+    _prune(tl, best.flops if best is not None else math.inf, budget)
     size = sum(len(u.domain) for u in tl.units)
     if size > max_vars:
-        return fallback(f"MILP not attempted: {size:,} recompute variables > {max_vars:,}")
+        if best is None:
+            no_plan()
+        return done(best.plan.saved, best.flops, incumbent, None, f"MILP not attempted: {size:,} recompute "
+                    f"variables > max_vars={max_vars:,}")
     model = Model(tl)
-    if best is not None:  # no worse than the best heuristic: a valid cut that helps the bound
-        model.rows.append((model.cost_row(), -math.inf, best.flops))
+    # the LP relaxation's optimum bounds every plan (scipy gives no bound for a MILP stopped before
+    # its first solution); it may already prove the incumbent close enough
+    relaxed = model.solve(budget, left(), relax=True)[0]
+    lp = model.lower_bound(relaxed)
+    lp = lp if lp is not None and math.isfinite(lp) else None
+    if best is not None and relaxed.x is not None and (lp is None or best.flops - lp > max(mip_rel_gap, EPS) * best.flops):
+        found = improve(joint, tl, model, budget, best, relaxed.x, time.perf_counter() + LOCAL_SHARE * left())
+        if found.flops < best.flops:
+            best, incumbent = found, "a local search from the LP relaxation and the heuristics"
+    if best is not None and lp is not None and best.flops - lp <= max(mip_rel_gap, EPS) * best.flops:
+        return _ties(model, joint, best.plan.saved, best.flops, budget, min(ties_limit, left()), done, incumbent,
+                     lp, "LP relaxation")
+    # the MILP looks only for plans strictly cheaper than the incumbent: by a whole cscale (flops are
+    # multiples of it) or, where that is below the tolerances, by EPS; finding none proves as much
+    step = max(model.cscale, EPS * best.flops) if best is not None else 0
+    cutoff = [model.cost_row(best.flops - step)] if best is not None else []
     target = budget
     for _ in range(3):
-        res, val = model.solve(target, time_limit - (time.perf_counter() - t0))
+        res, val = model.solve(target, left(), extra_rows=cutoff, mip_rel_gap=mip_rel_gap)
+        lower = model.lower_bound(res) if target == budget else None  # a lowered budget bounds nothing
+        if lower is not None and best is not None:
+            lower = min(lower, best.flops - step + model.cscale)  # the incumbent is a plan too
+        lower = lp if lower is None else max(lower, lp or 0)
+        status = "solved" if res.status == 0 else "infeasible" if res.status == 2 else f"HiGHS: {res.message}"
         if val is None:
-            why = "no plan fits" if res.status == 2 else f"MILP: no solution ({res.message})"
-            if best is None:  # the plan of least peak: within budget after all, or the minimum for the error
-                least = least_peak_plan(joint, max(1.0, time_limit - (time.perf_counter() - t0)), model=model, pool=pool)
-                if least.peak <= budget:
-                    return done(least.plan.saved, False, f"{why}; fallback: the MILP's least-peak plan")
-                return fallback(why, least.peak)
-            return fallback(why + (" (the model is conservative on this graph)" if res.status == 2 else ""))
+            if best is not None:  # no cheaper plan found: the incumbent, with the bound proved
+                return _ties(model, joint, best.plan.saved, best.flops, budget, min(ties_limit, left()),
+                             done, incumbent, lower, status)
+            # the plan of least peak: within budget after all, or the minimum for the error
+            least = least_peak_plan(joint, max(1.0, left()), pool=pool)
+            if least.peak <= budget:
+                return done(least.plan.saved, least.flops, "the MILP's least-peak plan", None, status)
+            no_plan(least.peak)
         saved = plan_from_keep(tl, model.keep_of(val))
         peak, flops = measure(joint, saved)
         if peak <= budget:
-            gap = float(getattr(res, "mip_gap", None) or 0.0)
-            if best is not None and best.flops < flops:
-                return fallback(f"the MILP's plan (gap {gap:.1%}) recomputes more than a heuristic")
-            proven = res.status == 0 and target == budget
-            note = "proven optimal" if proven else (
-                f"time limit: gap {gap:.1%}" if res.status != 0 else
-                "model budget lowered after verification: optimal for the lowered budget only")
-            if res.status == 0:  # among plans this cheap, fewest blocks recomputed (best effort, briefly)
-                left = min(ties_limit, time_limit - (time.perf_counter() - t0))
-                fixed = (model.cost_row(), -math.inf, flops)
-                if left > 0.5:
-                    tie_res, tie_val = model.solve(target, left, "ties", extra_rows=[fixed])
-                    if tie_val is not None:
-                        tie_saved = plan_from_keep(tl, model.keep_of(tie_val))
-                        tie_peak, tie_flops = measure(joint, tie_saved)
-                        if tie_peak <= budget and tie_flops <= flops:
-                            saved = tie_saved
-            return done(saved, proven, note, mip_gap=gap)
+            if best is not None and best.flops <= flops:  # (a guard: the cutoff row excludes it)
+                saved, flops, how = best.plan.saved, best.flops, incumbent
+            else:
+                how = "the MILP's plan" + ("" if target == budget else ", its budget lowered after verification")
+            return _ties(model, joint, saved, flops, target, min(ties_limit, left()), done, how, lower, status)
         target -= peak - target  # the model was optimistic here: ask for the excess back
-    return fallback("the model's plans did not verify within budget")
+    if best is None:
+        no_plan()
+    return done(best.plan.saved, best.flops, incumbent, None, "the model's plans did not verify within budget")
 
 
-def _prune(tl: Timeline, bound: float):
-    """Drop recompute groups that alone would cost more than `bound`: recomputing u in group g means
-    recomputing a chain of its readers down to one the backward reads at g."""
+LOCAL_SHARE = 0.4  # of the time left after the LP relaxation, at most, for the local search
+
+
+def improve(joint: Graph, tl: Timeline, model: Model, budget: int, start: Candidate, lp_values,
+            deadline: float) -> Candidate:
+    """A cheaper plan within `budget` than `start`, if a short local search over kept units finds
+    one (until `deadline`, a perf_counter time): rounding the LP relaxation's keep values at a few
+    thresholds, then first-improvement moves from the best plan so far, each verified by `measure`:
+    keep one more unit, or keep one unit instead of another (the LP's likeliest and least likely).
+    An incumbent this good lets the MILP prove more in its time; the MILP stays the judge."""
+    weight = {i: float(lp_values[k]) for i, k in model.K.items()}
+    order = sorted(weight, key=lambda i: -weight[i])
+    best_keep, best = keep_of_saved(tl, start.plan.saved), start
+
+    def attempt(keep) -> bool:
+        nonlocal best_keep, best
+        saved = plan_from_keep(tl, keep)
+        peak, flops = measure(joint, saved)
+        if peak <= budget and flops < best.flops:
+            best_keep, best = set(keep), Candidate(RematPlan("optimal", saved), peak, flops)
+            return True
+        return False
+
+    for theta in (0.9, 0.5, 0.1):
+        if time.perf_counter() > deadline:
+            return best
+        attempt({i for i in order if weight[i] >= theta})
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for i in order:  # keep one more
+            if i not in best_keep and time.perf_counter() < deadline and attempt(best_keep | {i}):
+                improved = True
+        out = [i for i in order if i not in best_keep][:8]
+        kept = sorted(best_keep & set(order), key=lambda i: weight[i])[:8]
+        for a, b in itertools.product(kept, out):  # keep b instead of a
+            if time.perf_counter() > deadline:
+                break
+            if a in best_keep and b not in best_keep and attempt((best_keep - {a}) | {b}):
+                improved = True
+    return best
+
+
+def _ties(model: Model, joint: Graph, saved, flops: int, budget: int, time_limit: float, done, how: str,
+          lower: float | None, status: str) -> RematPlan:
+    """`done` with the plan of `flops`, or, when that is proven least, one as cheap with fewer blocks
+    recomputed (then fewer recomputed ops) if a brief solve finds it."""
+    if lower is not None and flops - lower <= EPS * flops and time_limit > 0.5:
+        res, val = model.solve(budget, time_limit, "ties", extra_rows=[model.cost_row(flops)])
+        if val is not None:
+            tie_saved = plan_from_keep(model.tl, model.keep_of(val))
+            tie_peak, tie_flops = measure(joint, tie_saved)
+            if tie_peak <= budget and tie_flops <= flops:
+                saved, how = tie_saved, how if how.startswith("the MILP") else f"as cheap as {how}"
+    return done(saved, flops, how, lower, status)
+
+
+def _prune(tl: Timeline, bound: float = math.inf, budget: float = math.inf):
+    """Drop recompute groups no plan within `bound` flops and `budget` bytes uses. Recomputing u in
+    group g means recomputing, in g, a chain of its readers down to one the backward reads at g: the
+    chain alone may cost more than `bound`, or the members still read at or after backward step g
+    (alive there, each its own buffer) may not fit beside that step's fixed bytes."""
     units = tl.units
     chain: list[dict[int, float]] = [{} for _ in units]
+    held: list[dict[int, float]] = [{} for _ in units]
     for i in reversed(range(len(units))):
         u = units[i]
-        direct = set(u.direct)
+        direct, last = set(u.direct), max(u.readers, default=-1)
         for g in u.domain:
-            rest = 0 if g in direct else min((chain[c][g] for c in u.consumers if g in chain[c]), default=math.inf)
-            chain[i][g] = u.cost + rest
-        u.domain = [g for g in u.domain if chain[i][g] <= bound]
+            rest = [c for c in u.consumers if g in chain[c]]
+            chain[i][g] = u.cost + (0 if g in direct else min((chain[c][g] for c in rest), default=math.inf))
+            held[i][g] = (u.rbytes if last >= g else 0) + (0 if g in direct else min((held[c][g] for c in rest),
+                                                                                        default=math.inf))
+        u.domain = [g for g in u.domain if chain[i][g] <= bound and tl.fixed_b[g] + held[i][g] <= budget]
         chain[i] = {g: chain[i][g] for g in u.domain}
+        held[i] = {g: held[i][g] for g in u.domain}
     for u in units:  # a reader can only be recomputed where its unkeepable input can, at or before
         for d in u.deps:
             if not units[d].keepable:
@@ -661,6 +860,7 @@ def least_peak_plan(joint: Graph, time_limit: float = 20.0, max_vars: int = MAX_
     found = list(pool)
     if model is None:
         tl = analyse(joint)
+        _prune(tl, budget=min(c.peak for c in pool))  # the least peak is no more than the heuristics'
         if sum(len(u.domain) for u in tl.units) <= max_vars:
             model = Model(tl)
     if model is not None:
