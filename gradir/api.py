@@ -243,7 +243,9 @@ def _grad_graph(fn, a: _Args, argnums, op: str):
     seeded_inputs = [seeded.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source) for x in joint.inputs[:-1]]
     from gradir.trace import building
 
-    plan = _remat_plan(run_pipeline(joint)) if _REMAT or _has_checkpoints(forward) else None
+    # the joint graph inlined as it is, unless a recompute plan or a gr.checkpoint region asks for a partition
+    planned = bool(_REMAT) and (_REMAT[-1][0] != "none" or _REMAT[-1][1] is not None)
+    plan = _remat_plan(run_pipeline(joint)) if planned or _has_checkpoints(forward) else None
     with building(seeded):
         one = constant(np.ones(forward.outputs[0].shape, dtype=forward.outputs[0].dtype))  # () or (1, 1), ...
         if plan is None:

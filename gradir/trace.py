@@ -230,6 +230,9 @@ def inline(graph: Graph, args: list, keep_source: bool = True) -> list:
     node into the graph being built (how grad-of-grad and nested transforms compose)."""
     if is_traced(*args):
         args = [a if isinstance(a, Value) else constant(a) for a in args]
+        copied = _copy_into_trace(graph, args, keep_source)
+        if copied is not None:
+            return copied
     env: dict[Value, Any] = dict(zip(graph.inputs, args))
     for n in graph.nodes:
         with source_of(n.source, n.scope) if keep_source else contextlib.nullcontext():
@@ -237,4 +240,20 @@ def inline(graph: Graph, args: list, keep_source: bool = True) -> list:
                 env[n] = constant(n.attrs["value"])
             else:
                 env[n] = bind(n.op, *[env[i] for i in n.inputs], **n.attrs)
+    return [env[o] for o in graph.outputs]
+
+
+def _copy_into_trace(graph: Graph, args: list, keep_source: bool) -> list | None:
+    """Inside a trace, `graph`'s nodes appended to the graph being built as they are: their types are
+    known, so nothing is inferred again (a 100k-node graph inlines in a fraction of bind's time).
+    None when an argument's type differs from its input's: only `bind` re-infers those."""
+    g = current_graph()
+    if g is None or any(a.shape != x.shape or a.dtype != x.dtype for a, x in zip(args, graph.inputs)):
+        return None
+    env: dict[Value, Value] = {x: a if a.graph_ref is g.ref else capture(a, g) for x, a in zip(graph.inputs, args)}
+    here = None if keep_source else (user_source(), current_scope())
+    append = g.append
+    for n in graph.nodes:
+        source, scope = (n.source, n.scope) if here is None else here
+        env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, source, scope)
     return [env[o] for o in graph.outputs]

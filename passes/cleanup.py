@@ -80,18 +80,23 @@ def cse(graph: Graph) -> Graph:
     seen: dict = {}
     attr_keys: dict[int, tuple] = {}  # by the attrs dict's id: copies of a graph share their nodes' dicts
 
-    def rewrite(n, operands):
+    def key(n, operands):
         if n.op == "const":
-            key = ("const", _const_key(n))
-        else:
-            attrs = n.attrs
-            akey = attr_keys.get(id(attrs))
-            if akey is None:
-                akey = attr_keys[id(attrs)] = tuple(sorted((k, repr(a)) for k, a in attrs.items()))
-            key = (n.op, tuple([o.uid for o in operands]), akey, n.scope)  # scope: keep recomputation apart
-        value = seen.get(key)
+            return "const", _const_key(n)
+        attrs = n.attrs
+        akey = attr_keys.get(id(attrs))
+        if akey is None:
+            akey = attr_keys[id(attrs)] = tuple(sorted((k, repr(a)) for k, a in attrs.items()))
+        return n.op, tuple([o.uid for o in operands]), akey, n.scope  # scope: keep recomputation apart
+
+    if len({key(n, n.inputs) for n in graph.nodes}) == len(graph.nodes):
+        return graph  # no two nodes alike: nothing to merge (the graph was cleaned already)
+
+    def rewrite(n, operands):
+        k = key(n, operands)
+        value = seen.get(k)
         if value is None:
-            value = seen[key] = current_graph().append(n.op, tuple(operands), n.attrs, n.shape, n.dtype, n.source, n.scope)
+            value = seen[k] = current_graph().append(n.op, tuple(operands), n.attrs, n.shape, n.dtype, n.source, n.scope)
         return value
     return _rebuild(graph, rewrite, records=False)
 
