@@ -470,7 +470,7 @@ class Compiled:
             if _captures(graph):
                 raise GradirError("a compiled function may not close over values of an enclosing trace",
                                   op="compile", source=user_source())
-            order = schedule(graph, self.policy).order
+            order = None if self.policy == "engine" else schedule(graph, self.policy).order  # engine order: the graph's
             entry = self._cache[key] = (graph, compile_graph(graph, check=self.check, order=order, backend=self.backend))
         return entry
 
