@@ -58,7 +58,8 @@ def mlp_loss(p, X, Y):
     return gr.nn.cross_entropy(h @ p["W2"] + p["b2"], Y)
 
 
-def torch_mlp_step(torch, p, X, Y):
+def torch_mlp_loss(torch, p, X, Y):
+    """The makemore MLP's loss in PyTorch (the same step as mlp_loss)."""
     import torch.nn.functional as F
 
     emb = p["C"][X]
@@ -66,7 +67,11 @@ def torch_mlp_step(torch, p, X, Y):
     mean = h_pre.mean(0, keepdim=True)
     var = h_pre.var(0, keepdim=True, unbiased=True)
     h = torch.tanh(p["gamma"] * (h_pre - mean) * torch.rsqrt(var + 1e-5) + p["beta"])
-    loss = F.cross_entropy(h @ p["W2"] + p["b2"], Y)
+    return F.cross_entropy(h @ p["W2"] + p["b2"], Y)
+
+
+def torch_mlp_step(torch, p, X, Y):
+    loss = torch_mlp_loss(torch, p, X, Y)
     return loss, torch.autograd.grad(loss, list(p.values()))
 
 

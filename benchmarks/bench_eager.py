@@ -45,7 +45,7 @@ from gradir.tensor import _reachable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_backends import OtherLoad, _busy_cores  # noqa: E402
-from bench_core import mlp_batch, mlp_loss, mlp_params  # noqa: E402
+from bench_core import mlp_batch, mlp_loss, mlp_params, torch_mlp_loss  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).with_name("eager.md")
 PHASES = ("forward", "backward", "step")
@@ -59,17 +59,6 @@ def chain_forward(x, n_ops: int, tanh):
         k = i % 3
         x = x + 0.1 if k == 0 else tanh(x) if k == 1 else x * 1.01
     return x.sum()
-
-
-def torch_mlp_forward(torch, p, X, Y):
-    import torch.nn.functional as F
-
-    emb = p["C"][X]
-    h_pre = emb.view(X.shape[0], -1) @ p["W1"] + p["b1"]
-    mean = h_pre.mean(0, keepdim=True)
-    var = h_pre.var(0, keepdim=True, unbiased=True)
-    h = torch.tanh(p["gamma"] * (h_pre - mean) * torch.rsqrt(var + 1e-5) + p["beta"])
-    return F.cross_entropy(h @ p["W2"] + p["b2"], Y)
 
 
 @dataclass
@@ -121,7 +110,7 @@ def workload(key: str, chain_ops: int) -> tuple[str, System, System]:
         tp = {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
         tX, tY = torch.tensor(X), torch.tensor(Y)
         g = System("gradir gr.Tensor", gp, lambda: mlp_loss(gp, X, Y))
-        t = System("PyTorch eager", tp, lambda: torch_mlp_forward(torch, tp, tX, tY))
+        t = System("PyTorch eager", tp, lambda: torch_mlp_loss(torch, tp, tX, tY))
         title = "makemore MLP step B=32 H=64 f32, forward + loss.backward()"
     else:
         raise SystemExit(f"unknown workload {key!r} (chain, makemore)")
