@@ -243,6 +243,7 @@ class Graph:
         self.captures: dict[Value, Value] = {}
         self.num_forward_outputs: int | None = None
         self.labels: dict[Value, str] = {}  # names reports use instead of %k (e.g. "forward %3")
+        self.interned: dict | None = None  # while not None, appending a node equal to an earlier one returns that one
 
     def copy_bookkeeping(self, other: Graph) -> Graph:
         """Take `other`'s pytree structure and joint-graph split (for passes that rebuild a graph)."""
@@ -257,8 +258,26 @@ class Graph:
         return v
 
     def append(self, op, inputs, attrs, shape, dtype, source=None, scope=()) -> Value:
+        if self.interned is not None:
+            return self._append_interned(op, inputs, attrs, shape, dtype, source, scope)
         v = Value(op, inputs, attrs, shape, dtype, source, self, scope)
         self.nodes.append(v)
+        return v
+
+    def _append_interned(self, op, inputs, attrs, shape, dtype, source, scope) -> Value:
+        """The node an earlier append recorded with the same op, operands and attributes (small constants
+        by value): what passes.cleanup.cse would merge, never made (autodiff's rules make thousands)."""
+        if op == "const":
+            value = attrs["value"]
+            key = (op, value.dtype.str, value.shape, value.tobytes()) if value.size <= CONST_INLINE_LIMIT else None
+        else:
+            key = (op, tuple(inputs), tuple(sorted((k, repr(a)) for k, a in attrs.items())), scope)
+        v = self.interned.get(key) if key is not None else None
+        if v is None:
+            v = Value(op, inputs, attrs, shape, dtype, source, self, scope)
+            self.nodes.append(v)
+            if key is not None:
+                self.interned[key] = v
         return v
 
     def all_values(self) -> list[Value]:

@@ -5,7 +5,10 @@ forward outputs followed by one gradient per requested input. Walking the forwar
 each node's cotangent is the sum of the contributions of all its users (fan-out accumulation: a
 value read k times receives k contributions), and its op's VJP rule, itself written with gradir ops,
 emits the contributions to its operands. Nodes of the backward part carry the source line of the
-forward node they differentiate.
+forward node they differentiate. While it is built, a node equal to an earlier one is not made again
+(what cse would merge: the rules make the same constants thousands of times), and at the end the
+contributions nothing reads (to constants, to inputs not differentiated) are dropped: on big graphs
+this spares the cleanup passes whole copies.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
     for x in graph.inputs:
         env[x] = joint.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
     cts = [joint.add_input(o.shape, o.dtype, f"ct{k}") for k, o in enumerate(graph.outputs)]
+    joint.interned = {}  # the many equal constants (and broadcasts of them) VJP rules make are made once
     with building(joint):
         append = joint.append
         for n in graph.nodes:  # the forward part: a copy (every node's type is known already)
@@ -80,6 +84,12 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
             x = graph.inputs[i]
             with source_of(x.source, x.scope):
                 grads.append(accumulate(contributions[x]) if x in contributions else zeros(x.shape, x.dtype))
+    joint.interned = None
     joint.outputs = [env[o] for o in graph.outputs] + grads
+    live = set(joint.outputs)  # VJP rules also make contributions nobody needs (to constants): drop them here
+    for n in reversed(joint.nodes):
+        if n in live:
+            live.update(n.inputs)
+    joint.nodes = [n for n in joint.nodes if n in live]
     joint.num_forward_outputs = len(graph.outputs)
     return joint
