@@ -617,14 +617,13 @@ class Remat:
         """One line: what the plan keeps, what it recomputes, what it costs."""
         d = report.to_dict()
         opts = ", ".join(f"{k}={v}" for k, v in d["options"].items() if k in ("segments", "keep_ops"))
-        if d["optimal"] is not None:
-            opts = ", ".join(filter(None, [opts, "proven optimal" if d["optimal"] else f"not proven optimal: {d['note']}"]))
+        if d["optimal"] is not None:  # the planner's note: the gap it proved and the time limit it ran under
+            opts = ", ".join(filter(None, [opts, d["note"] if d["optimal"] else f"not proven optimal: {d['note']}"]))
         budget = f" (budget {_human_bytes(self.budget)})" if self.budget is not None else ""
         return (f"{d['policy']}{f' ({opts})' if opts else ''}: {d['saved_count']} activations saved "
                 f"({_human_bytes(d['saved_bytes'])}), {d['recomputed_ops']} ops recomputed "
                 f"({d['recompute_flops']:,} flops), {d['block_calls']} block calls for {d['blocks']} blocks, "
                 f"activation peak {_human_bytes(d['peak_bytes'])}{budget}")
-
 
 
 
