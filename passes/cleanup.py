@@ -14,12 +14,13 @@ from gradir.trace import bind, building, constant, current_graph, source_of
 FOLD_LIMIT = 64  # fold all-constant nodes whose result has at most this many elements
 
 
-def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = False) -> Graph:
+def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = False, merge_equal: bool = False) -> Graph:
     """Copy `graph` node by node; `rewrite(node, operands)` returns a replacement value, DROP, or None
     to copy the node unchanged. With `records`, ops recorded inside `rewrite` go into the new graph,
     attributed to the node's source line and scope. A `stateless` rewrite (one whose answer depends on
     the node and operands alone) is first tried on the graph as it is: if it changes nothing, the graph
-    is returned unchanged instead of copied."""
+    is returned unchanged instead of copied. With `merge_equal`, a node equal to one already copied is
+    not copied again (Graph.interned: what cse would merge)."""
     k = 0
     if stateless:
         def changes(n):
@@ -35,6 +36,7 @@ def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = Fals
     for x in graph.inputs:
         env[x] = out.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
     append = out.append
+    out.interned = {} if merge_equal else None
     with building(out):
         for n in graph.nodes[:k]:
             env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source, n.scope)
@@ -52,6 +54,7 @@ def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = Fals
                 env[n] = append(n.op, tuple(operands), n.attrs, n.shape, n.dtype, n.source, n.scope)
             elif new is not DROP:
                 env[n] = new
+    out.interned = None
     out.outputs = [env[o] for o in graph.outputs]
     return out
 
@@ -119,7 +122,9 @@ def _is(v: Value, number) -> bool:
 
 
 def simplify(graph: Graph) -> Graph:
-    """Algebraic identities and constant folding."""
+    """Algebraic identities and constant folding. The copy it makes when something simplifies holds
+    each distinct node once (what cse would merge, left out while copying: the cse after it then
+    finds nothing to do and copies nothing)."""
     def rewrite(n, ops):
         op = n.op
         if op in ("reshape", "broadcast_to") and ops[0].shape == n.shape:
@@ -163,7 +168,7 @@ def simplify(graph: Graph) -> Graph:
             value = bind(op, *[o.attrs["value"] for o in ops], **n.attrs)
             return constant(value)
         return None
-    return _rebuild(graph, rewrite, stateless=True)
+    return _rebuild(graph, rewrite, stateless=True, merge_equal=True)
 
 
 def cleanup(graph: Graph, verify: bool = True) -> Graph:
