@@ -164,7 +164,18 @@ def _signature(a: _Args) -> tuple:
     keyword arguments (unhashable ones make the key unhashable: the caller decides what that means)."""
     static = a.fn.keywords if isinstance(a.fn, functools.partial) else {}
     return (a.in_tree, tuple((x.shape, x.dtype) if type(x) is np.ndarray else (np.shape(x), abstract_dtype(x))
-                             for x in a.flat), tuple(sorted(static.items())))
+                             for x in a.flat), tuple(sorted((k, _static_key(v)) for k, v in static.items())))
+
+
+def _static_key(v):
+    """A static keyword value as a key: its type too, for Python's equality conflates values that trace
+    differently (2 == 2.0 == True: `x ** p` with p=2 vs p=2.0; 0.0 == -0.0)."""
+    t = type(v)
+    if t is tuple:
+        return t, tuple(map(_static_key, v))
+    if t is float:
+        return t, v.hex()
+    return t, v
 
 
 # -- trace ----------------------------------------------------------------------------------------

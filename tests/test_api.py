@@ -215,6 +215,21 @@ def test_grad_vjp_jvp_trace_once_per_signature_and_clear_caches_retraces():
     assert len(traces) == 8
 
 
+def test_static_keywords_equal_in_python_but_of_another_type_are_another_signature():
+    """2 == 2.0 == True in Python, but `x ** p` and `x * p` trace differently: the cache keys the type too."""
+    def f(x, p=1):
+        return gr.sum(x ** p) if isinstance(p, float) else gr.sum(x * p)
+
+    x = np.array([3.0, 4.0])
+    g = gr.grad(f)
+    np.testing.assert_allclose(g(x, p=2.0), 2 * x)
+    np.testing.assert_allclose(g(x, p=2), [2.0, 2.0])
+    np.testing.assert_allclose(g(x, p=(2.0,)[0]), 2 * x)
+    step = gr.compile(f, backend="numpy")
+    np.testing.assert_allclose(step(x, p=2.0), 25.0)
+    np.testing.assert_allclose(step(x, p=2), 14.0)
+
+
 def test_cached_grad_inside_a_trace_is_not_reused_with_captured_values():
     def f(x, w):
         return gr.sum(gr.tanh(x * w))
