@@ -49,6 +49,8 @@ class Value:
         self.inputs: tuple[Value, ...] = inputs if type(inputs) is tuple else tuple(inputs)
         self.attrs: dict[str, Any] = attrs
         shape = tuple(map(int, shape))
+        if len(_SHAPES) > 100_000:  # a long-running process meets many shapes: interning only saves memory
+            _SHAPES.clear()
         self.shape: tuple[int, ...] = _SHAPES.setdefault(shape, shape)  # one tuple per distinct shape
         self.dtype: np.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.source: str | None = source
@@ -271,7 +273,8 @@ class Graph:
             value = attrs["value"]
             key = (op, value.dtype.str, value.shape, value.tobytes()) if value.size <= CONST_INLINE_LIMIT else None
         else:
-            key = (op, tuple(inputs), tuple(sorted((k, repr(a)) for k, a in attrs.items())), scope)
+            # operands by uid: a key holding Values could, on a hash collision, call Value.__eq__ (a traced op)
+            key = (op, tuple([i.uid for i in inputs]), tuple(sorted((k, repr(a)) for k, a in attrs.items())), scope)
         v = self.interned.get(key) if key is not None else None
         if v is None:
             v = Value(op, inputs, attrs, shape, dtype, source, self, scope)

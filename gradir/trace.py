@@ -39,6 +39,8 @@ def user_source(depth: int = 1) -> str | None:
         code = f.f_code
         kind = _CODE_KIND.get(code)
         if kind is None:
+            if len(_CODE_KIND) > 10_000:  # it keeps code objects alive (each exec of a model file makes new ones)
+                _CODE_KIND.clear()
             top = f.f_globals.get("__name__", "").split(".")[0]
             kind = _CODE_KIND[code] = "cli" if top in _COMMAND_LINE else "gradir" if top == "gradir" else \
                 os.path.basename(code.co_filename)

@@ -67,6 +67,7 @@ from gradir.passes.partition import const_only, forward_values
 from gradir.passes.remat import RematPlan, RematReport, blocks, candidates, evaluate, plan_remat
 from gradir.passes.report import human_bytes
 from gradir.primitive import get_primitive
+from gradir.trace import user_source
 
 SHOW_LOG = False   # print HiGHS's log (debugging)
 EPS = 1e-6        # relative: plans this close in flops are one to HiGHS's tolerances (a gap this small is optimal)
@@ -670,7 +671,8 @@ def plan_optimal(joint: Graph, memory_budget: int | None = None, time_limit: flo
                          optimal=True, note="no budget: nothing recomputed (gap 0%)")
     budget = int(memory_budget)
     if budget < 0:
-        raise BudgetError(f"memory budget must be a number of bytes >= 0, got {memory_budget!r}", op="remat")
+        raise BudgetError(f"memory budget must be a number of bytes >= 0, got {memory_budget!r}", op="remat",
+                          source=user_source())
     pool = heuristics if heuristics is not None else screen(joint, heuristic_plans(joint))
     best = min((c for c in pool if c.peak <= budget), key=lambda c: (c.flops, c.peak), default=None)
     options = {"memory_budget": budget, "time_limit": time_limit, "mip_rel_gap": mip_rel_gap}
@@ -699,7 +701,7 @@ def plan_optimal(joint: Graph, memory_budget: int | None = None, time_limit: flo
         least = min([c.peak for c in pool] + ([least] if least is not None else []))
         raise BudgetError(f"memory budget {human_bytes(budget)} ({budget:,} bytes) is below the smallest "
                           f"activation peak this planner can reach, {human_bytes(least)} ({least:,} bytes)",
-                          op="remat")
+                          op="remat", source=user_source())
 
     if best is not None and best.flops == 0:
         return done(best.plan.saved, 0, "nothing recomputed within budget", 0, "no MILP needed")

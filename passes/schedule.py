@@ -119,7 +119,8 @@ class Schedule(Report):
 def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
     """A dependency-counted order of `graph`'s nodes under `policy` (see the module docstring).
     `owned_inputs`: graph inputs whose memory this program may free after their last use (the
-    saved activations a backward program receives)."""
+    saved activations a backward program receives). The node list must be in topological order, as
+    every graph's is (a VerifyError says which node is not)."""
     if policy not in POLICIES:
         raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="schedule",
                           source=user_source())

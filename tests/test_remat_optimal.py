@@ -350,15 +350,15 @@ def test_every_plan_reports_its_time_limit_and_proven_gap():
     joint = gr.trace_grad(loss, params, x).joint
     slot = 4 * 16 * 4
     budget = evaluate(joint, plan_remat(joint, "uniform", segments=4)).peak_bytes + slot
-    plan = milp.plan_optimal(joint, budget, time_limit=30, ties_limit=0)
+    plan = milp.plan_optimal(joint, budget, time_limit=300, ties_limit=0)  # a ceiling: it solves in seconds
     got = evaluate(joint, plan)
     heuristics = fits(joint, milp.heuristic_plans(joint), budget)
     o = plan.options
-    assert o["time_limit"] == 30 and 0 <= o["solve_s"] and o["gap"] is not None and o["gap"] < 0.01
+    assert o["time_limit"] == 300 and 0 <= o["solve_s"] and o["gap"] is not None and o["gap"] < 0.01
     assert got.peak_bytes <= budget and got.recompute_flops <= min(heuristics)
     assert o["lower_bound_flops"] <= got.recompute_flops and all(o["lower_bound_flops"] <= f for f in heuristics)
     assert o["gap"] == pytest.approx((got.recompute_flops - o["lower_bound_flops"]) / got.recompute_flops, abs=1e-9)
-    assert "gap" in plan.note and "30 s time limit" in plan.note and plan.optimal == (o["gap"] <= milp.EPS)
+    assert "gap" in plan.note and "300 s time limit" in plan.note and plan.optimal == (o["gap"] <= milp.EPS)
     j = gr.trace_grad(loss, params, x, remat="optimal", memory_budget=budget, time_limit=30)
     assert_bitwise(flat_grads(j, params, x), flat_grads(gr.trace_grad(loss, params, x), params, x))
 
