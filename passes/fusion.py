@@ -490,9 +490,9 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
         for n in k.nodes:
             for u in reads(k, n):
                 if u.op == "const" and not u.shape or u in immediates:
-                    if k.kind == LOOP:
-                        continue  # a literal in the code
-                    const = immediates.get(u, u)  # other kernels read the 0-d constant with zero strides
+                    # read from memory with zero strides, not written into the code as a literal: kernels that
+                    # differ only in a constant (x * 1.0, x * 2.0, ...) then share one compiled function
+                    const = immediates.get(u, u)
                     access[u] = Access(const, 0, (0,) * u.ndim)
                 root = fuser._root(u)
                 if root in kernel_of:

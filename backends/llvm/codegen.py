@@ -516,9 +516,14 @@ class LoopKernel(Emitter):
         return [(u, um) for u, um in pairs if self.is_buffer_read(u)]
 
     def is_buffer_read(self, u: Value) -> bool:
-        if u in self.immediates or u.op == "const" and not u.ndim:
+        if self.literal(u):
             return False
         return self.producer(u) is None
+
+    def literal(self, u: Value) -> bool:
+        """Whether u is a constant written into the code (a 0-d constant, or a view of one, no kernel
+        reads from memory; fusion gives the ones loop kernels read an access, so kernels share code)."""
+        return (u in self.immediates or u.op == "const" and not u.ndim) and u not in self.program.access
 
     def producer(self, u: Value) -> Value | None:
         return in_kernel_value(self.k, u)
@@ -544,7 +549,7 @@ class LoopKernel(Emitter):
     # -- values
     def value(self, u: Value, want: tuple, memo: dict) -> ir.Value:
         """Operand u (read with axis map `want`) at the current loop point."""
-        if u in self.immediates or u.op == "const" and not u.ndim:
+        if self.literal(u):
             c = self.immediates.get(u, u)
             return self.constant(c.attrs["value"].item(), u.dtype)
         p = self.producer(u)
@@ -626,7 +631,7 @@ class LoopKernel(Emitter):
         return [self.coords[d] if d is not None else ir.Constant(I64, 0) for d in self.k.maps[n]]
 
     def load_coords(self, u: Value, coords: list[ir.Value]) -> ir.Value:
-        if u in self.immediates or u.op == "const" and not u.ndim:
+        if self.literal(u):
             return self.constant(self.immediates.get(u, u).attrs["value"].item(), u.dtype)
         acc = self.program.access[u]
         return self.load_at(acc.owner, self.linear(coords, acc.strides, acc.offset), u.dtype)
@@ -648,7 +653,7 @@ class LoopKernel(Emitter):
     def load_where(self, inside, u: Value, coords, otherwise) -> ir.Value:
         """u at coords where `inside`, else `otherwise`: a load under a branch, which the vectorizer turns
         into a masked vector load (a contiguous piece stays contiguous; coords outside are never read)."""
-        if u in self.immediates or u.op == "const" and not u.ndim or not u.size:
+        if self.literal(u) or not u.size:
             return self.b.select(inside, self.load_coords(u, coords), otherwise) if u.size else otherwise
         b = self.b
         before = b.block

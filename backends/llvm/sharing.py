@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradir.ir import Value
-from gradir.passes.fusion import VIEWS, FusedProgram, Kernel, in_kernel_value
+from gradir.passes.fusion import LOOP, VIEWS, FusedProgram, Kernel, in_kernel_value
 
 
 def kernel_params(k: Kernel, program: FusedProgram) -> list[Value]:
@@ -87,8 +87,8 @@ def kernel_key(k: Kernel, program: FusedProgram, params: list[Value] | None = No
                 maps.get(v), v in accumulated, v in stored, ref(copies.get(v)), passes.get(v), row_after.get(v)))
             continue
         operands = ()
-        if op == "const":  # a 0-d constant is a literal in the code; others are read from memory
-            attrs = None if v.shape else _canon(v.attrs)
+        if op == "const":  # read from memory, except a gemm's 0-d bias, which its epilogue writes as a literal
+            attrs = None if v.shape or k.kind == LOOP else _canon(v.attrs)
         elif op in VIEWS:  # read from memory through its access, or the in-kernel value it views
             op, attrs = "view", None
             p = in_kernel_value(k, v)
