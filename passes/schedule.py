@@ -216,14 +216,15 @@ class _Buffers:
 
     def __init__(self, graph: Graph, owner: dict[Value, Value], owned_inputs=()):
         keep = {owner[o] for o in graph.outputs}
-        self.reads = {n: {owner[i] for i in n.inputs} for n in graph.nodes}
+        # tuples and lists, not sets: a small set takes 216 bytes, and there is one per node
+        self.reads = {n: tuple(dict.fromkeys(owner[i] for i in n.inputs)) for n in graph.nodes}
         candidates = [v for v in graph.nodes if v.op != "const"] + list(owned_inputs)
         # buffer -> bytes, for the buffers a run frees (the accounting rule of passes.memory)
         self.size = {v: v.nbytes for v in candidates if owner[v] is v and v not in keep and v.ndim}
-        self.readers: dict[Value, set[Value]] = {}
+        self.readers: dict[Value, list[Value]] = {}
         for n, bufs in self.reads.items():
             for b in bufs:
-                self.readers.setdefault(b, set()).add(n)
+                self.readers.setdefault(b, []).append(n)
         self.left = {b: len(r) for b, r in self.readers.items()}
 
     def net_freed(self, n: Value) -> int:
@@ -239,5 +240,5 @@ class _Buffers:
             if self.left[b] == 0:
                 freed += self.size.get(b, 0)
             elif self.left[b] == 1:
-                now_last |= self.readers[b]
+                now_last.update(self.readers[b])
         return freed, now_last
