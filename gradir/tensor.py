@@ -337,7 +337,9 @@ class Tensor(EagerOperand):
             value = np.asarray(prim.decompose(*arrays, **attrs))
         else:
             value = evaluate(prim, arrays, attrs)
-        if not value.flags.writeable or any([np.may_share_memory(value, a) for a in arrays]):
+        # (an array owning its memory, base None, shares it with no operand but itself: the overlap test is skipped)
+        if not value.flags.writeable or any([value is a for a in arrays]) or \
+                (value.base is not None and any([np.may_share_memory(value, a) for a in arrays])):
             value = value.copy()  # never alias: an in-place write must go through one version counter
         out = cls._wrap(value)
         if not (True in need and _GRAD_MODE[-1] and prim.differentiable and dtypes.is_inexact(value.dtype)):

@@ -349,3 +349,15 @@ def test_numpy_named_methods_and_gr_functions_on_tensors(rng):
     np.testing.assert_allclose(loss.item(), loss_t.item(), rtol=1e-13)
     close(x.grad, xt.grad, tol=1e-12), close(w.grad, wt.grad, tol=1e-12)
     assert len(x) == 3 and [r.shape for r in x] == [(4,)] * 3 and x.ndim == 2 and x.size == 12
+
+
+def test_an_op_returning_its_operand_array_does_not_alias_it():
+    """stop_gradient's NumPy reference returns its operand as it is: the result gets its own copy, so an
+    in-place write to it leaves the operand (and its version) alone (oracle: the operand's own values)."""
+    x0 = np.arange(4.0)
+    x = gr.Tensor(x0.copy(), requires_grad=True)
+    y = gr.stop_gradient(x)
+    with gr.no_grad():
+        y += 1
+    np.testing.assert_array_equal(x.numpy(), x0)
+    np.testing.assert_array_equal(y.numpy(), x0 + 1)
