@@ -225,6 +225,22 @@ def _update():  # in-place writes (see the block on Value)
     return update
 
 
+def attrs_key(attrs: dict) -> tuple:
+    """Attributes as part of a node's key (by repr: attribute values are small Python values)."""
+    return tuple(sorted((k, repr(a)) for k, a in attrs.items()))
+
+
+def node_key(op: str, inputs, attrs, scope: tuple) -> tuple:
+    """What makes two nodes of one graph the same computation (passes.cleanup.cse merges them): op,
+    operands, attributes (`attrs_key`) and scope, which keeps recomputed copies apart; a constant by its
+    value (`attrs` is then the node's own). Operands by uid: a key holding Values could, on a hash
+    collision, call Value.__eq__ (a traced op)."""
+    if op == "const":
+        value = attrs["value"]
+        return op, value.dtype.str, value.shape, value.tobytes()
+    return op, tuple([i.uid for i in inputs]), attrs, scope
+
+
 class Graph:
     """An SSA program: `inputs` (op ``input``), `nodes` in execution order, and `outputs`.
 
@@ -270,11 +286,9 @@ class Graph:
         """The node an earlier append recorded with the same op, operands and attributes (small constants
         by value): what passes.cleanup.cse would merge, never made (autodiff's rules make thousands)."""
         if op == "const":
-            value = attrs["value"]
-            key = (op, value.dtype.str, value.shape, value.tobytes()) if value.size <= CONST_INLINE_LIMIT else None
+            key = node_key(op, inputs, attrs, scope) if attrs["value"].size <= CONST_INLINE_LIMIT else None
         else:
-            # operands by uid: a key holding Values could, on a hash collision, call Value.__eq__ (a traced op)
-            key = (op, tuple([i.uid for i in inputs]), tuple(sorted((k, repr(a)) for k, a in attrs.items())), scope)
+            key = node_key(op, inputs, attrs_key(attrs), scope)
         v = self.interned.get(key) if key is not None else None
         if v is None:
             v = Value(op, inputs, attrs, shape, dtype, source, self, scope)
@@ -282,6 +296,14 @@ class Graph:
             if key is not None:
                 self.interned[key] = v
         return v
+
+    def copy_nodes(self, nodes, env: dict, source_scope: tuple | None = None) -> None:
+        """Append a copy of each of `nodes` (another graph's), its operands mapped through `env`, which
+        gains the copies; nothing is inferred again. `source_scope` replaces their source and scope."""
+        append = self.append
+        for n in nodes:
+            source, scope = (n.source, n.scope) if source_scope is None else source_scope
+            env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, source, scope)
 
     def all_values(self) -> list[Value]:
         return self.inputs + self.nodes

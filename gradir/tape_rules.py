@@ -17,7 +17,7 @@ node's values as constants (`TapeRule.specialized`) and interpreted.
 from __future__ import annotations
 
 from gradir.errors import GradirError
-from gradir.ir import Graph, Value
+from gradir.ir import Graph, Value, attrs_key
 from gradir.primitive import get_primitive
 from gradir.rules import vjp_reads_by_operand
 from gradir.trace import building, constant
@@ -26,21 +26,10 @@ _RULES: dict[tuple, TapeRule] = {}
 MAX_RULES = 4096  # signatures kept; a program whose shapes keep changing starts over rather than grow
 
 
-def _attrs_key(attrs: dict):
-    if not attrs:
-        return ()
-    key = tuple([(k, v.__class__, v) for k, v in sorted(attrs.items())])
-    try:
-        hash(key)
-        return key
-    except TypeError:  # an unhashable attribute (a slice, a list): its text form
-        return repr(key)
-
-
 def tape_rule(op: str, arrays, attrs: dict, out, need: tuple[bool, ...]) -> TapeRule:
     """The rule of `op` applied to `arrays` with `attrs` (giving `out`; anything with shape and
     dtype) for cotangents of the operands flagged in `need`. Cached by signature."""
-    key = (op, tuple([(a.shape, a.dtype) for a in arrays]), _attrs_key(attrs), need)
+    key = (op, tuple([(a.shape, a.dtype) for a in arrays]), attrs_key(attrs) if attrs else (), need)
     rule = _RULES.get(key)
     if rule is None:
         if len(_RULES) >= MAX_RULES:

@@ -253,9 +253,5 @@ def _copy_into_trace(graph: Graph, args: list, keep_source: bool) -> list | None
     if g is None or any(a.shape != x.shape or a.dtype != x.dtype for a, x in zip(args, graph.inputs)):
         return None
     env: dict[Value, Value] = {x: a if a.graph_ref is g.ref else capture(a, g) for x, a in zip(graph.inputs, args)}
-    here = None if keep_source else (user_source(), current_scope())
-    append = g.append
-    for n in graph.nodes:
-        source, scope = (n.source, n.scope) if here is None else here
-        env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, source, scope)
+    g.copy_nodes(graph.nodes, env, None if keep_source else (user_source(), current_scope()))
     return [env[o] for o in graph.outputs]

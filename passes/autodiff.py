@@ -18,6 +18,7 @@ from gradir.errors import NonDifferentiableError
 from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.ops import add, zeros
+from gradir.passes.cleanup import live_values
 from gradir.primitive import get_primitive
 from gradir.trace import building, source_of
 
@@ -62,9 +63,7 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
     cts = [joint.add_input(o.shape, o.dtype, f"ct{k}") for k, o in enumerate(graph.outputs)]
     joint.interned = {}  # the many equal constants (and broadcasts of them) VJP rules make are made once
     with building(joint):
-        append = joint.append
-        for n in graph.nodes:  # the forward part: a copy (every node's type is known already)
-            env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source, n.scope)
+        joint.copy_nodes(graph.nodes, env)  # the forward part: a copy (every node's type is known already)
         contributions: dict[Value, list[Value]] = {}
         for o, ct in zip(graph.outputs, cts):
             if o in live:
@@ -86,10 +85,7 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
                 grads.append(accumulate(contributions[x]) if x in contributions else zeros(x.shape, x.dtype))
     joint.interned = None
     joint.outputs = [env[o] for o in graph.outputs] + grads
-    live = set(joint.outputs)  # VJP rules also make contributions nobody needs (to constants): drop them here
-    for n in reversed(joint.nodes):
-        if n in live:
-            live.update(n.inputs)
+    live = live_values(joint)  # VJP rules also make contributions nobody needs (to constants): drop them here
     joint.nodes = [n for n in joint.nodes if n in live]
     joint.num_forward_outputs = len(graph.outputs)
     return joint

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradir.ir import Graph, Value
+from gradir.ir import Graph, Value, attrs_key, node_key
 from gradir.primitive import get_primitive
 from gradir.trace import bind, building, constant, current_graph, source_of
 
@@ -38,8 +38,7 @@ def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = Fals
     append = out.append
     out.interned = {} if merge_equal else None
     with building(out):
-        for n in graph.nodes[:k]:
-            env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source, n.scope)
+        out.copy_nodes(graph.nodes[:k], env)
         for n in graph.nodes[k:]:
             try:
                 operands = [env[i] for i in n.inputs]
@@ -62,20 +61,21 @@ def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = Fals
 DROP = object()
 
 
-def dce(graph: Graph) -> Graph:
-    """Drop nodes no output depends on."""
+def live_values(graph: Graph) -> set[Value]:
+    """The values some output depends on."""
     live: set[Value] = set(graph.outputs)
     for n in reversed(graph.nodes):
         if n in live:
             live.update(n.inputs)
+    return live
+
+
+def dce(graph: Graph) -> Graph:
+    """Drop nodes no output depends on."""
+    live = live_values(graph)
     if all(n in live for n in graph.nodes):
         return graph  # nothing to drop
     return _rebuild(graph, lambda n, ops: None if n in live else DROP, records=False)
-
-
-def _const_key(v: Value):
-    a = v.attrs["value"]
-    return (a.dtype.str, a.shape, a.tobytes())
 
 
 def cse(graph: Graph) -> Graph:
@@ -85,12 +85,11 @@ def cse(graph: Graph) -> Graph:
 
     def key(n, operands):
         if n.op == "const":
-            return "const", _const_key(n)
-        attrs = n.attrs
-        akey = attr_keys.get(id(attrs))
+            return node_key("const", (), n.attrs, n.scope)
+        akey = attr_keys.get(id(n.attrs))
         if akey is None:
-            akey = attr_keys[id(attrs)] = tuple(sorted((k, repr(a)) for k, a in attrs.items()))
-        return n.op, tuple([o.uid for o in operands]), akey, n.scope  # scope: keep recomputation apart
+            akey = attr_keys[id(n.attrs)] = attrs_key(n.attrs)
+        return node_key(n.op, operands, akey, n.scope)
 
     if len({key(n, n.inputs) for n in graph.nodes}) == len(graph.nodes):
         return graph  # no two nodes alike: nothing to merge (the graph was cleaned already)

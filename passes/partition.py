@@ -41,15 +41,13 @@ class Partition:
         env: dict[Value, Value] = {}
         for x in self.forward.inputs:
             env[x] = g.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
-        for n in self.forward.nodes:
-            env[n] = g.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
+        g.copy_nodes(self.forward.nodes, env)
         k = self.forward.num_forward_outputs
         for r, x in zip(self.forward.outputs[k:], self.backward.inputs):
             env[x] = env[r]
         for x in self.backward.inputs[len(self.residuals):]:
             env[x] = g.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
-        for n in self.backward.nodes:
-            env[n] = g.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
+        g.copy_nodes(self.backward.nodes, env)
         g.outputs = [env[o] for o in self.forward.outputs[:k]] + [env[o] for o in self.backward.outputs]
         for part, program in (("forward", self.forward), ("backward", self.backward)):  # name steps as the IR the user reads
             for n in program.nodes:
@@ -111,9 +109,7 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
     env: dict[Value, Value] = {}
     for x in primals:
         env[x] = forward.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
-    for n in joint.nodes:
-        if n in fwd_set:
-            env[n] = forward.append(n.op, [env[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, n.scope)
+    forward.copy_nodes([n for n in joint.nodes if n in fwd_set], env)
     forward.outputs = [env[o] for o in fwd_outs] + [env[r] for r in residuals]
     forward.num_forward_outputs = k
 
