@@ -48,10 +48,14 @@ class Value:
         self.op: str = op
         self.inputs: tuple[Value, ...] = inputs if type(inputs) is tuple else tuple(inputs)
         self.attrs: dict[str, Any] = attrs
-        shape = tuple(map(int, shape))
-        if len(_SHAPES) > 100_000:  # a long-running process meets many shapes: interning only saves memory
-            _SHAPES.clear()
-        self.shape: tuple[int, ...] = _SHAPES.setdefault(shape, shape)  # one tuple per distinct shape
+        # one tuple of Python ints per distinct shape (a tuple of NumPy ints finds it too: equal hashes)
+        interned = _SHAPES.get(shape) if type(shape) is tuple else None
+        if interned is None:
+            interned = tuple(map(int, shape))
+            if len(_SHAPES) > 100_000:  # a long-running process meets many shapes: interning only saves memory
+                _SHAPES.clear()
+            interned = _SHAPES.setdefault(interned, interned)
+        self.shape: tuple[int, ...] = interned
         self.dtype: np.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.source: str | None = source
         # enclosing gr.scope / gr.checkpoint regions, outermost first
@@ -227,7 +231,9 @@ def _update():  # in-place writes (see the block on Value)
 
 def attrs_key(attrs: dict) -> tuple:
     """Attributes as part of a node's key (by repr: attribute values are small Python values)."""
-    return tuple(sorted((k, repr(a)) for k, a in attrs.items()))
+    if not attrs:
+        return ()
+    return tuple(sorted([(k, repr(a)) for k, a in attrs.items()]))
 
 
 def node_key(op: str, inputs, attrs, scope: tuple) -> tuple:
@@ -262,6 +268,9 @@ class Graph:
         self.num_forward_outputs: int | None = None
         self.labels: dict[Value, str] = {}  # names reports use instead of %k (e.g. "forward %3")
         self.interned: dict | None = None  # while not None, appending a node equal to an earlier one returns that one
+        # set by a builder that appended every node with `interned` on: no two nodes are alike, but for
+        # constants too large to intern by value (cse then only compares those)
+        self.distinct = False
 
     def copy_bookkeeping(self, other: Graph) -> Graph:
         """Take `other`'s pytree structure and joint-graph split (for passes that rebuild a graph)."""

@@ -23,12 +23,9 @@ def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = Fals
     not copied again (Graph.interned: what cse would merge)."""
     k = 0
     if stateless:
-        def changes(n):
-            with source_of(n.source, n.scope):
-                return rewrite(n, list(n.inputs)) is not None
-
-        with building(graph), building(Graph(graph.name)):  # what a tried rewrite records goes to a scratch graph
-            k = next((k for k, n in enumerate(graph.nodes) if changes(n)), None)
+        # what a tried rewrite records goes to a scratch graph (so its source lines do not matter)
+        with building(graph), building(Graph(graph.name)):
+            k = next((k for k, n in enumerate(graph.nodes) if rewrite(n, list(n.inputs)) is not None), None)
         if k is None:
             return graph
     out = Graph(graph.name).copy_bookkeeping(graph)
@@ -54,6 +51,7 @@ def _rebuild(graph: Graph, rewrite, records: bool = True, stateless: bool = Fals
             elif new is not DROP:
                 env[n] = new
     out.interned = None
+    out.distinct = merge_equal
     out.outputs = [env[o] for o in graph.outputs]
     return out
 
@@ -91,7 +89,8 @@ def cse(graph: Graph) -> Graph:
             akey = attr_keys[id(n.attrs)] = attrs_key(n.attrs)
         return node_key(n.op, operands, akey, n.scope)
 
-    if len({key(n, n.inputs) for n in graph.nodes}) == len(graph.nodes):
+    nodes = [n for n in graph.nodes if n.op == "const"] if graph.distinct else graph.nodes
+    if len({key(n, n.inputs) for n in nodes}) == len(nodes):
         return graph  # no two nodes alike: nothing to merge (the graph was cleaned already)
 
     def rewrite(n, operands):
@@ -118,6 +117,9 @@ def _scalar_const(v: Value):
 def _is(v: Value, number) -> bool:
     c = _scalar_const(v)
     return c is not None and c == number
+
+
+_CONSTISH = ("const", "broadcast_to")  # the operands simplify's folding rules look at
 
 
 def simplify(graph: Graph) -> Graph:
@@ -156,13 +158,15 @@ def simplify(graph: Graph) -> Graph:
             return bind("multiply", ops[0], ops[0])
         if op == "negative" and ops[0].op == "negative":
             return ops[0].inputs[0]
+        if not ops or op == "broadcast_to" or any(o.op not in _CONSTISH for o in ops):
+            return None  # (the common case, decided without looking at any constant)
         scalars = [_scalar_const(o) for o in ops]
-        if ops and op != "broadcast_to" and any(o.op == "broadcast_to" for o in ops) and \
-                all(c is not None for c in scalars) and get_primitive(op).kind == "elementwise":
+        if any(o.op == "broadcast_to" for o in ops) and all(c is not None for c in scalars) and \
+                get_primitive(op).kind == "elementwise":
             # an elementwise op on broadcast scalars: compute the scalar once, broadcast the result
             value = bind(op, *[np.asarray(c, dtype=o.dtype) for c, o in zip(scalars, ops)], **n.attrs)
             return bind("broadcast_to", constant(value), shape=n.shape)
-        if op != "broadcast_to" and ops and all(o.op == "const" for o in ops) and n.size <= FOLD_LIMIT \
+        if all(o.op == "const" for o in ops) and n.size <= FOLD_LIMIT \
                 and get_primitive(op).numpy:  # (a broadcast constant stays a scalar: the text stays small)
             value = bind(op, *[o.attrs["value"] for o in ops], **n.attrs)
             return constant(value)

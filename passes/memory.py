@@ -168,12 +168,15 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
             buffers[x] = Buffer(x, x.nbytes, 0, 0, phase=(phases[0] if phases else ""))
     for n in order:
         if n.op != "const" and owner[n] is n and n.ndim and n not in skip:
-            buffers[n] = Buffer(n, n.nbytes, step[n], step[n], phase=phases[step[n]] if phases else "")
+            t = step[n]
+            buffers[n] = Buffer(n, n.nbytes, t, t, phase=phases[t] if phases else "")
+    get = buffers.get
     for n in order:
+        t = step[n]
         for i in n.inputs:
-            b = buffers.get(owner[i])
-            if b is not None:
-                b.end = max(b.end, step[n])
+            b = get(owner[i])
+            if b is not None and b.end < t:
+                b.end = t
     for o in keep:
         if o in buffers:
             buffers[o].end = last
@@ -191,24 +194,30 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     peak_step = live.index(peak) if live else 0
 
     lower = sum(buffers[o].nbytes for o in keep if o in buffers)
-    for n in order:
-        touched = {owner[i] for i in n.inputs} | {owner[n]}
-        lower = max(lower, sum(buffers[b].nbytes for b in touched if b in buffers))
+    size = {v: b.nbytes for v, b in buffers.items()}
+    for n in order:  # what one step needs at once: its result and its operands' buffers (each once)
+        touched = {owner[i] for i in n.inputs}
+        touched.add(owner[n])
+        need = sum([size.get(b, 0) for b in touched])
+        if need > lower:
+            lower = need
     arena = best_fit(bufs, len(order)) if layout else 0
     return MemoryPlan(graph, order, bufs, live, peak, peak_step, lower, arena, list(phases or []))
 
 
 def best_fit(bufs: list[Buffer], steps: int) -> int:
     """Place buffers in time order: each takes the smallest free gap that fits, else the arena grows."""
-    by_start: dict[int, list[Buffer]] = {}
     by_end: dict[int, list[Buffer]] = {}
     for b in bufs:
-        by_start.setdefault(b.start, []).append(b)
         by_end.setdefault(b.end, []).append(b)
+    starting = sorted(bufs, key=lambda b: (b.start, -b.nbytes))  # each step's new buffers, largest first
+    k = 0
     free = _Gaps()
     top = 0
     for t in range(steps):
-        for b in sorted(by_start.get(t, ()), key=lambda b: -b.nbytes):
+        while k < len(starting) and starting[k].start == t:
+            b = starting[k]
+            k += 1
             i = bisect.bisect_left(free.by_size, (b.nbytes, -1))
             if i < len(free.by_size):  # the smallest gap that fits (the lowest, among equal sizes)
                 size, off = free.by_size[i]

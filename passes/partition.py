@@ -49,9 +49,10 @@ class Partition:
             env[x] = g.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
         g.copy_nodes(self.backward.nodes, env)
         g.outputs = [env[o] for o in self.forward.outputs[:k]] + [env[o] for o in self.backward.outputs]
+        labels = g.labels
         for part, program in (("forward", self.forward), ("backward", self.backward)):  # name steps as the IR the user reads
-            for n in program.nodes:
-                g.labels[env[n]] = f"{part} %{program.number(n)}"
+            for k, n in enumerate(program.nodes, len(program.inputs)):  # k: n's %k in its program
+                labels[env[n]] = f"{part} %{k}"
         fwd = [env[n] for n in self.forward.nodes]
         bwd = [env[n] for n in (backward_order or self.backward.nodes)]
         return g, fwd + bwd, ["forward"] * len(fwd) + ["backward"] * len(bwd)
@@ -83,7 +84,11 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
     cts = joint.inputs[len(joint.inputs) - k:]
     fwd_outs, grads = joint.outputs[:k], joint.outputs[k:]
     constish = const_only(joint)
-    fwd_set = set(topo_values(fwd_outs)) | set(primals)
+    fwd_set = set(fwd_outs)  # what the forward outputs need: one sweep back over the (topological) node list
+    for n in reversed(joint.nodes):
+        if n in fwd_set:
+            fwd_set.update(n.inputs)
+    fwd_set.update(primals)
     chosen = None if saved is None else set(saved)
 
     def kept(v: Value) -> bool:  # read from the forward program rather than computed in backward
@@ -124,7 +129,8 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
     for n in bwd_order:
         if n.op != "input":
             scope = n.scope + (RECOMPUTE,) if n in recomputed and n not in constish else n.scope
-            benv[n] = backward.append(n.op, [benv[i] for i in n.inputs], n.attrs, n.shape, n.dtype, n.source, scope)
+            benv[n] = backward.append(n.op, tuple([benv[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source,
+                                      scope)
     backward.outputs = [benv[g] for g in grads]
     joint_of = {v: j for j, v in env.items()} | {v: j for j, v in benv.items()}
     recomputed_nodes = sorted((v for v in recomputed if v not in constish), key=position.__getitem__)
@@ -134,6 +140,8 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
 def _place_recomputation(backward_nodes, recomputed, recomputed_grads, position) -> list[Value]:
     """Backward nodes in order, each preceded by the recomputed forward values it needs that have
     not been computed yet (in forward order)."""
+    if not recomputed:
+        return list(backward_nodes)
     order, done = [], set()
 
     def emit_needed(v):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from gradir.errors import GradirError, VerifyError
 from gradir.gcpause import gc_paused
@@ -45,14 +46,46 @@ class Step:
 
 @dataclass
 class Schedule(Report):
+    """The order a policy chose; `steps` and `initial_counts` (what the reports print) are replayed
+    from it on first use, so a compiler that only needs the order never builds them."""
     graph: Graph
     policy: str
     order: list[Value]
-    steps: list[Step] = field(repr=False)
-    initial_counts: dict[Value, int] = field(repr=False)
+    owned_inputs: tuple = field(default=(), repr=False)
     note: str = ""
 
     noun = "steps"
+
+    @cached_property
+    def initial_counts(self) -> dict[Value, int]:
+        """Each node's operand edges owed at the start (graph inputs are given; a constant is a node)."""
+        nodes = set(self.graph.nodes)
+        return {n: len([i for i in n.inputs if i in nodes]) for n in self.graph.nodes}
+
+    @cached_property
+    @gc_paused
+    def steps(self) -> list[Step]:
+        """The dependency counting replayed along the order: what each step decrements, how many
+        nodes then wait in the ready queue, and the bytes it frees."""
+        count = dict(self.initial_counts)
+        users: dict[Value, list[Value]] = {n: [] for n in self.graph.nodes}
+        for n in self.graph.nodes:
+            for i in n.inputs:
+                if i in count:
+                    users[i].append(n)
+        buffers = _Buffers(self.graph, storage_owners(self.graph), self.owned_inputs)
+        waiting = sum(1 for c in count.values() if c == 0)
+        steps = []
+        for k, n in enumerate(self.order):
+            waiting -= 1
+            decremented = []
+            for u in users[n]:
+                c = count[u] = count[u] - 1
+                decremented.append((u, c))
+                if c == 0:
+                    waiting += 1
+            steps.append(Step(k, n, decremented, waiting, buffers.free(n)))
+        return steps
 
     def queues(self):
         """The ready queue after each step (its first QUEUE_SHOWN nodes in engine order), replayed
@@ -124,90 +157,77 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
     if policy not in POLICIES:
         raise GradirError(f"unknown scheduling policy {policy!r} (have: {', '.join(POLICIES)})", op="schedule",
                           source=user_source())
+    owned_inputs = tuple(owned_inputs)
+    engine = _engine_order(graph)
+    if policy == "engine":
+        return Schedule(graph, policy, engine, owned_inputs)
     owner = storage_owners(graph)
-    result = _run(graph, policy, _Buffers(graph, owner, owned_inputs))
-    if policy == "memory":
-        # greedy is myopic: where it ends up peaking above engine order, engine order is kept
-        from gradir.passes.memory import plan_memory
+    greedy = _memory_order(graph, _Buffers(graph, owner, owned_inputs))
+    # greedy is myopic: where it ends up peaking above engine order, engine order is kept
+    from gradir.passes.memory import plan_memory
 
-        engine = _run(graph, "engine", _Buffers(graph, owner, owned_inputs))
-        greedy_peak, engine_peak = (plan_memory(graph, s.order, owned_inputs=owned_inputs, owner=owner,
-                                                layout=False).peak_bytes for s in (result, engine))
-        if engine_peak < greedy_peak:
-            engine.policy = "memory"
-            engine.note = (f"the greedy order peaked at {human_bytes(greedy_peak)}, above engine order's "
-                           f"{human_bytes(engine_peak)}: engine order kept")
-            return engine
-    return result
+    greedy_peak, engine_peak = (plan_memory(graph, order, owned_inputs=owned_inputs, owner=owner,
+                                            layout=False).peak_bytes for order in (greedy, engine))
+    if engine_peak < greedy_peak:
+        return Schedule(graph, policy, engine, owned_inputs,
+                        f"the greedy order peaked at {human_bytes(greedy_peak)}, above engine order's "
+                        f"{human_bytes(engine_peak)}: engine order kept")
+    return Schedule(graph, policy, greedy, owned_inputs)
 
 
-def _run(graph: Graph, policy: str, buffers: _Buffers) -> Schedule:
+def _engine_order(graph: Graph) -> list[Value]:
+    """Engine order needs no queue: the graph's node list is topological, so the ready node recorded
+    first is always the next unrun node of the list (its operands come before it, and all have run)."""
+    done = set(graph.inputs)
+    for n in graph.nodes:
+        for i in n.inputs:
+            if i not in done:
+                raise VerifyError(f"{n.op} is listed before an operand it reads (not a topological order)",
+                                  op="schedule")
+        done.add(n)
+    return list(graph.nodes)
+
+
+def _memory_order(graph: Graph, buffers: _Buffers) -> list[Value]:
+    """The memory policy's order: a heap of ready nodes by bytes freed, ties in engine order."""
     position = {v: i for i, v in enumerate(graph.nodes)}
-    users: dict[Value, list[Value]] = {v: [] for v in graph.all_values()}
+    users: dict[Value, list[Value]] = {v: [] for v in graph.nodes}
     count: dict[Value, int] = {}
     for n in graph.nodes:
-        count[n] = sum(1 for i in n.inputs if i in position)  # operands still owed (inputs are given)
-        for i in n.inputs:
+        owed = [i for i in n.inputs if i in position]  # operands still owed (inputs are given)
+        count[n] = len(owed)
+        for i in owed:
             users[i].append(n)
-    initial = dict(count)
-
-    memory = policy == "memory"
-    if not memory:
-        return _run_engine(graph, policy, buffers, count, users, initial)
     heap: list = []
     stamp: dict[Value, int] = {}
     ready: set[Value] = set()
 
     def push(n: Value):
         stamp[n] = stamp.get(n, 0) + 1
-        heapq.heappush(heap, (-buffers.net_freed(n) if memory else 0, position[n], stamp[n], n))
+        heapq.heappush(heap, (-buffers.net_freed(n), position[n], stamp[n], n))
 
     for n in graph.nodes:
         if count[n] == 0:
             ready.add(n)
             push(n)
-    steps, order = [], []
+    order = []
     while heap:
         _, _, st, n = heapq.heappop(heap)
         if n not in ready or st != stamp[n]:
             continue  # a stale entry, re-pushed since with a newer score
         ready.discard(n)
         order.append(n)
-        freed, now_last = buffers.run(n)
-        decremented = []
+        _, now_last = buffers.run(n)
         for u in users[n]:
             count[u] -= 1
-            decremented.append((u, count[u]))
             if count[u] == 0:
                 ready.add(u)
                 push(u)
-        if memory:
-            for u in now_last & ready:  # u now reads some buffer for the last time: a better score
-                push(u)
-        steps.append(Step(len(steps), n, decremented, len(ready), freed))
+        for u in now_last & ready:  # u now reads some buffer for the last time: a better score
+            push(u)
     if len(order) != len(graph.nodes):
         raise VerifyError("not every node became ready (a cycle?)", op="schedule")
-    return Schedule(graph, policy, order, steps, initial)
-
-
-def _run_engine(graph: Graph, policy: str, buffers: _Buffers, count: dict, users: dict, initial: dict) -> Schedule:
-    """Engine order without a heap: the graph's node list is topological, so the ready node recorded
-    first is always the next unrun node of the list (its operands come before it, and all have run)."""
-    waiting = sum(1 for n in graph.nodes if count[n] == 0)
-    steps = []
-    for k, n in enumerate(graph.nodes):
-        if count[n]:
-            raise VerifyError(f"{n.op} is listed before an operand it reads (not a topological order)", op="schedule")
-        waiting -= 1
-        freed, _ = buffers.run(n)
-        decremented = []
-        for u in users[n]:
-            c = count[u] = count[u] - 1
-            decremented.append((u, c))
-            if c == 0:
-                waiting += 1
-        steps.append(Step(k, n, decremented, waiting, freed))
-    return Schedule(graph, policy, list(graph.nodes), steps, initial)
+    return order
 
 
 class _Buffers:
@@ -221,16 +241,34 @@ class _Buffers:
         candidates = [v for v in graph.nodes if v.op != "const"] + list(owned_inputs)
         # buffer -> bytes, for the buffers a run frees (the accounting rule of passes.memory)
         self.size = {v: v.nbytes for v in candidates if owner[v] is v and v not in keep and v.ndim}
-        self.readers: dict[Value, list[Value]] = {}
+        self.left: dict[Value, int] = {}  # buffer -> readers that have not run yet
+        left = self.left
+        for bufs in self.reads.values():
+            for b in bufs:
+                left[b] = left.get(b, 0) + 1
+
+    @cached_property
+    def readers(self) -> dict[Value, list[Value]]:
+        """buffer -> the nodes that read it (the memory policy's rescoring)."""
+        readers: dict[Value, list[Value]] = {}
         for n, bufs in self.reads.items():
             for b in bufs:
-                self.readers.setdefault(b, []).append(n)
-        self.left = {b: len(r) for b, r in self.readers.items()}
+                readers.setdefault(b, []).append(n)
+        return readers
 
     def net_freed(self, n: Value) -> int:
         """Bytes running `n` would free, minus the bytes of the buffer it allocates."""
         size = self.size
         return sum(size[b] for b in self.reads[n] if b in size and self.left[b] == 1) - size.get(n, 0)
+
+    def free(self, n: Value) -> int:
+        """Account for `n` running: the bytes it frees."""
+        freed, left = 0, self.left
+        for b in self.reads[n]:
+            c = left[b] = left[b] - 1
+            if c == 0:
+                freed += self.size.get(b, 0)
+        return freed
 
     def run(self, n: Value) -> tuple[int, set[Value]]:
         """Account for `n` running: (bytes freed, nodes that became some buffer's last reader)."""
