@@ -113,6 +113,7 @@ def storage(graph: Graph) -> dict[Value, Layout]:
     if cached is not None and cached[0] == size:
         return cached[1]
     out: dict[Value, Layout] = {}
+    contiguous: dict[tuple, tuple[int, ...]] = {}  # one strides tuple per (shape, itemsize): graphs repeat a few
     for v in graph.all_values():
         if v.op in VIEW_OPS:
             src = v.inputs[0]
@@ -120,7 +121,11 @@ def storage(graph: Graph) -> dict[Value, Layout]:
             if strides is not None:
                 out[v] = Layout(out[src].owner, strides)
                 continue
-        out[v] = Layout(v, c_strides(v.shape, v.dtype.itemsize))
+        key = (v.shape, v.dtype.itemsize)
+        strides = contiguous.get(key)
+        if strides is None:
+            strides = contiguous[key] = c_strides(*key)
+        out[v] = Layout(v, strides)
     _CACHE[graph] = (size, out)
     return out
 

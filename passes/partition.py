@@ -14,6 +14,7 @@ computed from constants alone are always recomputed rather than saved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gradir.gcpause import gc_paused
@@ -49,20 +50,49 @@ class Partition:
             env[x] = g.add_input(x.shape, x.dtype, x.attrs.get("name"), x.source)
         g.copy_nodes(self.backward.nodes, env)
         g.outputs = [env[o] for o in self.forward.outputs[:k]] + [env[o] for o in self.backward.outputs]
-        labels = g.labels
-        for part, program in (("forward", self.forward), ("backward", self.backward)):  # name steps as the IR the user reads
-            for k, n in enumerate(program.nodes, len(program.inputs)):  # k: n's %k in its program
-                labels[env[n]] = f"{part} %{k}"
+        g.labels = _ProgramLabels(g, self.forward, self.backward)  # name steps as the IR the user reads
         fwd = [env[n] for n in self.forward.nodes]
         bwd = [env[n] for n in (backward_order or self.backward.nodes)]
         return g, fwd + bwd, ["forward"] * len(fwd) + ["backward"] * len(bwd)
+
+
+class _ProgramLabels(Mapping):
+    """A stitched node's name in the program the user reads ("backward %7"), worked out when asked: the
+    stitched graph holds the forward's nodes, then the backward's, each in its program's order."""
+
+    def __init__(self, stitched: Graph, forward: Graph, backward: Graph):
+        self.graph, self.forward, self.backward = stitched, forward, backward
+
+    def _position(self, v: Value) -> int | None:
+        """v's index in the stitched graph's node list (None for its inputs and foreign values)."""
+        if v.graph_ref is not self.graph.ref or v.op == "input":
+            return None
+        return self.graph.number(v) - len(self.graph.inputs)
+
+    def __contains__(self, v) -> bool:
+        return self._position(v) is not None
+
+    def __getitem__(self, v: Value) -> str:
+        i = self._position(v)
+        if i is None:
+            raise KeyError(v)
+        split = len(self.forward.nodes)
+        if i < split:
+            return f"forward %{i + len(self.forward.inputs)}"
+        return f"backward %{i - split + len(self.backward.inputs)}"
+
+    def __iter__(self):
+        return (v for v in self.graph.nodes)
+
+    def __len__(self) -> int:
+        return len(self.graph.nodes)
 
 
 def const_only(graph: Graph) -> set[Value]:
     """Values computed from constants alone."""
     out: set[Value] = set()
     for n in graph.nodes:
-        if n.op == "const" or (n.inputs and all(i in out for i in n.inputs)):
+        if n.op == "const" or (n.inputs and out.issuperset(n.inputs)):
             out.add(n)
     return out
 
@@ -89,12 +119,12 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
         if n in fwd_set:
             fwd_set.update(n.inputs)
     fwd_set.update(primals)
-    chosen = None if saved is None else set(saved)
-
-    def kept(v: Value) -> bool:  # read from the forward program rather than computed in backward
-        if v not in fwd_set or v in constish:
-            return False
-        return chosen is None or v.op == "input" or v in chosen
+    # the values backward reads from the forward program rather than computing them itself
+    kept_set = fwd_set - constish
+    if saved is not None:
+        chosen = set(saved)
+        kept_set = {v for v in kept_set if v.op == "input" or v in chosen}
+    kept = kept_set.__contains__
 
     # backward = what the gradients need, walking up until a kept forward value is reached
     needed, stack = set(), [g for g in grads if not kept(g)]
@@ -102,7 +132,7 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
         v = stack.pop()
         if v not in needed:
             needed.add(v)
-            stack.extend(i for i in v.inputs if not kept(i))
+            stack.extend([i for i in v.inputs if not kept(i)])
     position = {v: i for i, v in enumerate(joint.all_values())}
     recomputed = {v for v in needed if v in fwd_set}
     bwd_order = _place_recomputation(sorted(needed - recomputed, key=position.__getitem__), recomputed,
@@ -145,7 +175,10 @@ def _place_recomputation(backward_nodes, recomputed, recomputed_grads, position)
     order, done = [], set()
 
     def emit_needed(v):
-        group, stack = set(), [i for i in v.inputs if i in recomputed and i not in done]
+        stack = [i for i in v.inputs if i in recomputed and i not in done]
+        if not stack:
+            return
+        group = set()
         while stack:  # every recomputed value v needs that is not there yet...
             u = stack.pop()
             if u not in group:
