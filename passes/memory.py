@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
@@ -166,17 +167,24 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     for x in owned:
         if owner[x] is x and x.ndim:
             buffers[x] = Buffer(x, x.nbytes, 0, 0, phase=(phases[0] if phases else ""))
-    for n in order:
-        if n.op != "const" and owner[n] is n and n.ndim and n not in skip:
-            t = step[n]
-            buffers[n] = Buffer(n, n.nbytes, t, t, phase=phases[t] if phases else "")
     get = buffers.get
+    lower = 0  # the most one step needs at once: its result and its operands' buffers (each once)
     for n in order:
         t = step[n]
-        for i in n.inputs:
-            b = get(owner[i])
-            if b is not None and b.end < t:
-                b.end = t
+        own = owner[n]
+        if own is n and n.op != "const" and n.ndim and n not in skip:
+            buffers[n] = Buffer(n, n.nbytes, t, t, phase=phases[t] if phases else "")
+        touched = {owner[i] for i in n.inputs}
+        touched.add(own)
+        need = 0
+        for o in touched:
+            b = get(o)
+            if b is not None:
+                need += b.nbytes
+                if b.end < t:
+                    b.end = t
+        if need > lower:
+            lower = need
     for o in keep:
         if o in buffers:
             buffers[o].end = last
@@ -186,21 +194,11 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     for b in bufs:
         delta[b.start] += b.nbytes
         delta[b.end + 1] -= b.nbytes
-    live, running = [], 0
-    for t in range(len(order)):
-        running += delta[t]
-        live.append(running)
+    live = list(accumulate(delta[:-1]))
     peak = max(live, default=0)
     peak_step = live.index(peak) if live else 0
 
-    lower = sum(buffers[o].nbytes for o in keep if o in buffers)
-    size = {v: b.nbytes for v, b in buffers.items()}
-    for n in order:  # what one step needs at once: its result and its operands' buffers (each once)
-        touched = {owner[i] for i in n.inputs}
-        touched.add(owner[n])
-        need = sum([size.get(b, 0) for b in touched])
-        if need > lower:
-            lower = need
+    lower = max(lower, sum(buffers[o].nbytes for o in keep if o in buffers))  # or the results, all alive at the end
     arena = best_fit(bufs, len(order)) if layout else 0
     return MemoryPlan(graph, order, bufs, live, peak, peak_step, lower, arena, list(phases or []))
 

@@ -577,12 +577,14 @@ class Model:
         return max(0.0, bound * self.cscale)
 
     def cost_row(self, at_most: float) -> tuple[dict[int, float], float, float]:
-        """The row: recompute flops <= `at_most` (> 0), divided by it: coefficients of at most 1 and a
-        right-hand side of 1, where HiGHS's tolerances (1e-7) are far below EPS."""
+        """The row: recompute flops <= `at_most`, divided by it: coefficients of at most 1 and a
+        right-hand side of 1, where HiGHS's tolerances (1e-7) are far below EPS. At most 0 (the
+        incumbent recomputes one cscale: only a plan recomputing nothing is cheaper): flops <= 0."""
+        scale = at_most if at_most > 0 else 1.0
         row: dict[int, float] = {}
         for (i, _), v in self.X.items():
-            row[v] = row.get(v, 0) + self.tl.units[i].cost / at_most
-        return row, -math.inf, 1.0
+            row[v] = row.get(v, 0) + self.tl.units[i].cost / scale
+        return row, -math.inf, 1.0 if at_most > 0 else 0.0
 
     def keep_of(self, val: np.ndarray) -> list[int]:
         """The units a solution keeps."""

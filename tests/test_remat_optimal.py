@@ -258,6 +258,9 @@ def test_gradients_under_mincut_and_optimal_are_the_unplanned_ones_bitwise(small
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scoped_programs(), st.integers(0, 2**16), st.floats(0, 1))
 @example(program=([()], [], [(0, 0)], ["plain"]), seed=0, where=0.0)  # sum of a scalar: a MILP with no variables
+@example(program=([(2, 1)], [("reduce", "sum", (0,), (0, False)), ("matmul", "matmul", (0, 1), None),
+                             ("binary", "maximum", (0, 2), None)], [(0, 3)], ["plain"]),
+         seed=0, where=0.5)  # the best heuristic plan recomputes one cscale: only recomputing nothing beats it
 def test_optimal_with_checkpoint_regions_gives_the_unplanned_gradients(program, seed, where):
     """Random programs with scopes and gr.checkpoint regions, at a budget between the least reachable
     peak and none's: the plan fits, keeps nothing inside a region, and its gradients are bitwise the
