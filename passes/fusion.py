@@ -29,7 +29,12 @@ or in the caller's output array. `str(program)` is the kernel listing a learner 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import chain
+from types import MappingProxyType
+from typing import NamedTuple
 
 from gradir import dtypes
 from gradir.ir import Graph, Value
@@ -55,8 +60,7 @@ LOWERED_DTYPES = frozenset({dtypes.float64, dtypes.float32, dtypes.float16, dtyp
                             dtypes.int32, dtypes.bool_})
 
 
-@dataclass(frozen=True)
-class Access:
+class Access(NamedTuple):
     """Where a value's elements are in memory: element (offset + sum(index * strides)) of `owner`'s buffer."""
 
     owner: Value
@@ -64,7 +68,10 @@ class Access:
     strides: tuple[int, ...]
 
 
-@dataclass(eq=False)
+_NO_VALUES: frozenset = frozenset()  # the shared empty set and map of kernels that have none (~1 KB per
+_NO_MAP: Mapping = MappingProxyType({})  # kernel otherwise, and a 100k-node program has ~40k kernels)
+
+
 class Kernel:
     """One kernel: the graph nodes it computes, and for loops, the domain and each value's axis map.
 
@@ -72,29 +79,46 @@ class Kernel:
     `outer` is the number of outer domain axes once a row reduction fixed it (None: no row
     reduction, the whole domain is one pass). `passes[v]` is the pass an inner value is computed
     in; row values get `row_after[v]`, the number of passes that must finish before them.
+    `accumulated`: reductions accumulating into memory; `copies`: copy node -> the value whose
+    access it loads. Kernels without any share one immutable empty set or map.
     """
 
-    index: int
-    kind: str
-    nodes: list[Value] = field(default_factory=list)
-    domain: tuple[int, ...] = ()
-    outer: int | None = None
-    maps: dict[Value, tuple] = field(default_factory=dict)
-    accumulated: set[Value] = field(default_factory=set)  # reductions accumulating into memory
-    copies: dict[Value, Value] = field(default_factory=dict)  # copy node -> the value whose access it loads
-    epilogue: Value | None = None  # matmul kernels: the `add` of a bias their product's buffer starts from
-    bias: Value | None = None      # the epilogue's other operand
-    transposed: Value | None = None  # matmul kernels: the returned transpose of the product they write instead
-    inputs: list[Value] = field(default_factory=list)   # values read from memory (views included)
-    outputs: list[Value] = field(default_factory=list)  # values written to memory
-    stored: set[Value] = field(default_factory=set)      # the same, for membership tests
-    passes: dict[Value, int] = field(default_factory=dict)
-    row_after: dict[Value, int] = field(default_factory=dict)
-    note: str = ""
+    __slots__ = ("index", "kind", "nodes", "domain", "outer", "maps", "accumulated", "copies", "epilogue", "bias",
+                 "transposed", "inputs", "outputs", "passes", "row_after", "note")
+
+    def __init__(self, index: int, kind: str, nodes: list[Value] | None = None, domain: tuple[int, ...] = (),
+                 outer: int | None = None, maps: dict[Value, tuple] | None = None, accumulated: set[Value] | None = None,
+                 copies: dict[Value, Value] | None = None, epilogue: Value | None = None, bias: Value | None = None,
+                 transposed: Value | None = None, inputs: list[Value] | None = None, outputs: list[Value] | None = None,
+                 passes: dict[Value, int] | None = None, row_after: dict[Value, int] | None = None, note: str = ""):
+        self.index = index
+        self.kind = kind
+        self.nodes = [] if nodes is None else nodes
+        self.domain = domain
+        self.outer = outer
+        self.maps = _NO_MAP if maps is None else maps
+        self.accumulated = _NO_VALUES if accumulated is None else accumulated
+        self.copies = _NO_MAP if copies is None else copies
+        self.epilogue = epilogue    # matmul kernels: the `add` of a bias their product's buffer starts from
+        self.bias = bias            # the epilogue's other operand
+        self.transposed = transposed  # matmul kernels: the returned transpose of the product they write instead
+        self.inputs = [] if inputs is None else inputs     # values read from memory (views included)
+        self.outputs = [] if outputs is None else outputs  # values written to memory
+        self.passes = _NO_MAP if passes is None else passes
+        self.row_after = _NO_MAP if row_after is None else row_after
+        self.note = note
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} {self.kind}: {len(self.nodes)} nodes>"
 
     @property
     def name(self) -> str:
         return f"k{self.index}"
+
+    @property
+    def stored(self) -> set[Value]:
+        """The values the kernel writes to memory (`outputs`), as a set for membership tests (made on each call)."""
+        return set(self.outputs)
 
     @property
     def num_passes(self) -> int:
@@ -156,7 +180,28 @@ def _view_map(v: Value, want: tuple) -> tuple | None:
 
 
 def _same_map(have: tuple, want: tuple, shape) -> bool:
-    return all(h == w or n == 1 for h, w, n in zip(have, want, shape))
+    return have == want or all(h == w or n == 1 for h, w, n in zip(have, want, shape))
+
+
+_CONTIGUOUS: dict[tuple, tuple] = {}  # shape -> its C-contiguous element strides (one tuple per shape)
+_IDENTITY: dict[int, tuple] = {}      # rank -> (0, 1, ..., rank - 1)
+
+
+def _c_strides(shape: tuple) -> tuple[int, ...]:
+    """c_strides(shape, 1), one shared tuple per shape (most accesses are contiguous: no tuple each)."""
+    strides = _CONTIGUOUS.get(shape)
+    if strides is None:
+        if len(_CONTIGUOUS) > 100_000:  # a long-running process meets many shapes: sharing only saves memory
+            _CONTIGUOUS.clear()
+        strides = _CONTIGUOUS[shape] = c_strides(shape, 1)
+    return strides
+
+
+def _identity(r: int) -> tuple:
+    m = _IDENTITY.get(r)
+    if m is None:
+        m = _IDENTITY[r] = tuple(range(r))
+    return m
 
 
 # -- grouping ---------------------------------------------------------------------------------------
@@ -169,33 +214,32 @@ class _Fuser:
         self.kernel_of: dict[Value, Kernel] = {}
         self.access: dict[Value, Access] = {}
         self.immediates: dict[Value, Value] = {}  # views of 0-d constants -> the constant (a literal in code)
-        self.uses: dict[Value, int] = {}  # readers of each value (returning it counts as one)
-        for n in self.order:
-            for u in n.inputs:
-                self.uses[u] = self.uses.get(u, 0) + 1
-        for o in graph.outputs:
-            self.uses[o] = self.uses.get(o, 0) + 1
+        # readers of each value (returning it counts as one)
+        self.uses: Counter[Value] = Counter(chain.from_iterable([n.inputs for n in self.order]))
+        self.uses.update(graph.outputs)
         for x in graph.inputs:
-            self.access[x] = Access(x, 0, c_strides(x.shape, 1))
+            self.access[x] = Access(x, 0, _c_strides(x.shape))
 
     def run(self) -> list[Kernel]:
+        access, lowerable = self.access, self._lowerable
         for n in self.order:
-            if n.op == "const":
-                if n.ndim:
-                    self.access[n] = Access(n, 0, c_strides(n.shape, 1))
-            elif n.op in VIEWS and self._virtual_view(n):
+            op = n.op
+            if op == "const":
+                if n.shape:
+                    access[n] = Access(n, 0, _c_strides(n.shape))
+            elif op in VIEWS and self._virtual_view(n):
                 continue
-            elif not self._lowerable(n) or n.op in ARG_REDUCTIONS and not _trailing_axis(n):
+            elif not lowerable(n) or op in ARG_REDUCTIONS and not _trailing_axis(n):
                 self._new(NUMPY, n, note=self._why_not(n))
-            elif n.op == "matmul":
+            elif op == "matmul":
                 self._new(MATMUL, n)
-            elif n.op in ("index_add", "index_update"):
+            elif op == "index_add" or op == "index_update":
                 self._new(SCATTER, n)
-            elif n.op in VIEWS:  # a reshape NumPy must copy: a copy loop over its operand's shape
+            elif op in VIEWS:  # a reshape NumPy must copy: a copy loop over its operand's shape
                 k = self._new(LOOP, n, domain=n.inputs[0].shape)
-                k.copies[n] = n.inputs[0]
-                k.maps[n] = tuple(range(n.inputs[0].ndim))
-            elif not self._epilogue(n) and not self._join(n):
+                k.copies = {n: n.inputs[0]}
+                k.maps[n] = _identity(n.inputs[0].ndim)
+            elif not (op == "add" and self._epilogue(n)) and not self._join(n):
                 self._seed(n)
         return self.kernels
 
@@ -212,7 +256,7 @@ class _Fuser:
             while chain[-1].op in ("reshape", "stop_gradient") and chain[-1] not in self.kernel_of:
                 chain.append(chain[-1].inputs[0])
             if chain[-1] is k.nodes[0] and all(self.uses[v] == 1 for v in chain) and \
-                    not any(self.access.get(v, Access(v, 0, c_strides(v.shape, 1))).strides != c_strides(v.shape, 1)
+                    not any(self.access.get(v, Access(v, 0, _c_strides(v.shape))).strides != _c_strides(v.shape)
                             for v in chain) and n.dtype == chain[-1].dtype:
                 k.nodes.append(n)
                 k.epilogue, k.bias = n, n.inputs[1 - i]
@@ -228,7 +272,7 @@ class _Fuser:
         src = self.access.get(v.inputs[0])
         if src is None and v.inputs[0] in self.kernel_of:  # computed: stored contiguously if it leaves its kernel
             x = v.inputs[0]
-            src = Access(x, 0, c_strides(x.shape, 1))
+            src = Access(x, 0, _c_strides(x.shape))
         if src is None:
             return False
         acc = view_access(v, src)
@@ -240,13 +284,16 @@ class _Fuser:
     @staticmethod
     def _lowerable(n: Value) -> bool:
         """Whether the compiled backends compute n (else it runs on the NumPy reference)."""
-        if n.dtype not in LOWERED_DTYPES or any(u.dtype not in LOWERED_DTYPES for u in n.inputs):
+        if n.dtype not in LOWERED_DTYPES:
             return False
-        if n.op == "power" and not dtypes.is_float(n.dtype) or \
-                n.op == "convert" and n.dtype in (dtypes.float16, dtypes.bfloat16) and n.inputs[0].dtype == dtypes.float64:
+        for u in n.inputs:
+            if u.dtype not in LOWERED_DTYPES:
+                return False
+        op = n.op
+        if op == "power" and not dtypes.is_float(n.dtype) or \
+                op == "convert" and n.dtype in (dtypes.float16, dtypes.bfloat16) and n.inputs[0].dtype == dtypes.float64:
             return False  # NumPy's wrapping integer powers; float64 -> 16-bit floats would round twice through float32
-        return n.op in ELEMENTWISE or n.op in REDUCTIONS or n.op in LOOP_OPS or n.op in VIEWS \
-            or n.op in ("matmul", "index_add", "index_update")
+        return op in _LOWERED_OPS
 
     @staticmethod
     def _why_not(n: Value) -> str:
@@ -262,7 +309,8 @@ class _Fuser:
         return f"{n.op} is not lowered"
 
     def _new(self, kind, n, domain=(), note="") -> Kernel:
-        k = Kernel(len(self.kernels), kind, [n], tuple(domain), note=note)
+        k = Kernel(len(self.kernels), kind, [n], domain if type(domain) is tuple else tuple(domain),
+                   maps={} if kind == LOOP else None, note=note)
         self.kernels.append(k)
         self.kernel_of[n] = k
         return k
@@ -276,12 +324,13 @@ class _Fuser:
         """True if `k` can hand `u` to a reader wanting axis map `want` in registers; None if `u` is
         not computed in `k` at all; False if it is, but not in a form the reader can use."""
         path = u
-        while path.op in VIEWS and path not in self.kernel_of:
+        kernel_of = self.kernel_of
+        while path.op in VIEWS and path not in kernel_of:
             want = _view_map(path, want)
             path = path.inputs[0]
             if want is None:
-                return False if self.kernel_of.get(self._root(path)) is k else None
-        if self.kernel_of.get(path) is not k:
+                return False if kernel_of.get(self._root(path)) is k else None
+        if kernel_of.get(path) is not k:
             return None
         if path in k.accumulated or path in k.copies:
             return False
@@ -291,8 +340,11 @@ class _Fuser:
         """The latest kernel producing an operand of n: the only one n may join (kernels stay in a
         topological order because a node joins a kernel only when all its other producers run earlier)."""
         best = None
+        kernel_of = self.kernel_of
         for u in n.inputs:
-            k = self.kernel_of.get(self._root(u))
+            while u.op in VIEWS and u not in kernel_of:
+                u = u.inputs[0]
+            k = kernel_of.get(u)
             if k is not None and (best is None or k.index > best.index):
                 best = k
         return best
@@ -301,19 +353,22 @@ class _Fuser:
         k = self._candidate(n)
         if k is None or k.kind != LOOP or len(k.nodes) >= MAX_KERNEL_NODES:
             return False
-        if n.op in REDUCTIONS or n.op in ARG_REDUCTIONS:
+        op = n.op
+        if op in REDUCTIONS or op in ARG_REDUCTIONS:
             return self._join_reduction(k, n)
         want = self._map_for(k, n.shape)
         if want is None:
             return False
-        operand_maps = self._operand_maps(n, want)
-        if operand_maps is None:
-            return False
-        for u, m in operand_maps:
-            if m is None and self.kernel_of.get(self._root(u)) is k:
-                return False  # a gathered table must be in memory before the gather runs
-            if m is not None and self._in_kernel_map(k, u, m) is False:
-                return False
+        if op == "take" or op in PLACEMENTS:
+            for u, m in self._operand_maps(n, want):
+                if m is None and self.kernel_of.get(self._root(u)) is k:
+                    return False  # a gathered table must be in memory before the gather runs
+                if m is not None and self._in_kernel_map(k, u, m) is False:
+                    return False
+        else:
+            for u in n.inputs:
+                if self._in_kernel_map(k, u, want) is False:
+                    return False
         self._add(k, n, want)
         return True
 
@@ -332,20 +387,20 @@ class _Fuser:
     def _map_for(k: Kernel, shape) -> tuple | None:
         r = len(k.domain)
         if tuple(shape) == k.domain:
-            return tuple(range(r))
+            return _identity(r)
         if k.outer is not None:
             j = k.outer
             if tuple(shape) == k.domain[:j] + (1,) * (r - j):
                 return tuple(range(j)) + (None,) * (r - j)
             if tuple(shape) == k.domain[:j]:
-                return tuple(range(j))
+                return _identity(j)
         return None
 
     def _join_reduction(self, k: Kernel, n: Value) -> bool:
         x = n.inputs[0]
         if n.op in ARG_REDUCTIONS and k.outer is not None and n.attrs["axis"] != k.outer:
             return False
-        if x.shape != k.domain or self._in_kernel_map(k, x, tuple(range(len(k.domain)))) is not True:
+        if x.shape != k.domain or self._in_kernel_map(k, x, _identity(len(k.domain))) is not True:
             return False
         p = self._root(x)
         if k.is_row(p) or p.op in REDUCTIONS or p.op in ARG_REDUCTIONS:
@@ -381,7 +436,7 @@ class _Fuser:
             self._reduce(k, n)
         else:
             k = self._new(LOOP, n, domain=n.shape)
-            k.maps[n] = tuple(range(n.ndim))
+            k.maps[n] = _identity(n.ndim)
 
     def _reduce(self, k: Kernel, n: Value) -> None:
         """Add reduction n of the full-domain value: in registers if it reduces the trailing axes the
@@ -395,6 +450,8 @@ class _Fuser:
         if reduced and reduced == list(range(reduced[0], r)) and k.outer in (None, reduced[0]):
             k.outer = reduced[0]
         else:
+            if not k.accumulated:
+                k.accumulated = set()
             k.accumulated.add(n)
         kept = tuple(d for d in range(r) if d not in axes)
         self._add(k, n, tuple(None if d in axes else d for d in range(r)) if keepdims else kept)
@@ -405,36 +462,52 @@ class _Fuser:
         self.kernel_of[n] = k
 
 
+_LOWERED_OPS = ELEMENTWISE | REDUCTIONS | LOOP_OPS | VIEWS | {"matmul", "index_add", "index_update"}
+
+
 def _trailing_axis(n: Value) -> bool:
     return n.attrs["axis"] == n.inputs[0].ndim - 1
 
 
 def _assign_passes(k: Kernel) -> None:
     """The pass each inner value is computed in, and after how many passes each row value can be."""
+    if k.outer is None:  # no row reduction: one pass, no row values (reductions accumulate into memory)
+        k.passes = dict.fromkeys(k.nodes, 0)
+        return
+    passes: dict[Value, int] = {}
+    row_after: dict[Value, int] = {}
+    maps, outer = k.maps, k.outer
     for n in k.nodes:
         if n in k.copies:
-            k.passes[n] = 0
+            passes[n] = 0
             continue
-        ins = [in_kernel_value(k, u) for u in n.inputs]
-        ins = [p for p in ins if p is not None]
+        ins = []
+        for u in n.inputs:
+            while u not in maps and u.op in VIEWS:
+                u = u.inputs[0]
+            if u in maps:
+                ins.append(u)
         reduction = n.op in REDUCTIONS or n.op in ARG_REDUCTIONS
-        if k.is_row(n) and not reduction:
-            k.row_after[n] = max((k.row_after[p] if p in k.row_after else k.passes[p] + 1 for p in ins), default=0)
+        if not reduction and all(d is None or d < outer for d in maps[n]):  # a row value
+            row_after[n] = max((row_after[p] if p in row_after else passes[p] + 1 for p in ins), default=0)
         elif reduction:
             x = ins[0] if ins else None
-            k.passes[n] = 0 if x is None else k.row_after[x] if x in k.row_after else k.passes.get(x, 0)
+            passes[n] = 0 if x is None else row_after[x] if x in row_after else passes.get(x, 0)
             if n not in k.accumulated:
-                k.row_after[n] = k.passes[n] + 1
+                row_after[n] = passes[n] + 1
         else:
-            k.passes[n] = max((k.passes[p] if p in k.passes and p not in k.row_after else k.row_after[p] for p in ins),
-                              default=0)
+            passes[n] = max((passes[p] if p in passes and p not in row_after else row_after[p] for p in ins), default=0)
+    k.passes = passes
+    if row_after:
+        k.row_after = row_after
 
 
 def in_kernel_value(k: Kernel, u: Value) -> Value | None:
     """The in-kernel value operand `u` is (through in-register views), or None if it is read from memory."""
-    while u not in k.maps and u.op in VIEWS:
+    maps = k.maps
+    while u not in maps and u.op in VIEWS:
         u = u.inputs[0]
-    return u if u in k.maps else None
+    return u if u in maps else None
 
 
 # -- materialization and the arena -----------------------------------------------------------------
@@ -445,17 +518,6 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     fuser = _Fuser(graph, order)
     kernels = fuser.run()
     kernel_of, access = fuser.kernel_of, fuser.access
-
-    def reads(k: Kernel, n: Value):
-        if n in k.copies:
-            return [k.copies[n]]
-        if n is k.epilogue:
-            return [k.bias]
-        if n is k.transposed:
-            return []
-        if k.kind == LOOP:
-            return [u for u in n.inputs if in_kernel_value(k, u) is None]
-        return list(n.inputs)
 
     # graph outputs that are views, inputs, constants or already returned: a copy loop writes them
     outputs_done: dict[Value, int] = {}
@@ -475,10 +537,10 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
             k.nodes.append(o)
             k.transposed = o
             kernel_of[o] = k
-            access[o] = Access(o, 0, c_strides(o.shape, 1))  # its own buffer now, not a view of the product
+            access[o] = Access(o, 0, _c_strides(o.shape))  # its own buffer now, not a view of the product
         elif o not in kernel_of:
             c = _copy_node(o)
-            k = Kernel(len(kernels), LOOP, [c], o.shape, maps={c: tuple(range(o.ndim))}, copies={c: o})
+            k = Kernel(len(kernels), LOOP, [c], o.shape, maps={c: _identity(o.ndim)}, copies={c: o})
             kernels.append(k)
             kernel_of[c] = k
             outputs_done[c] = outputs_done.pop(o)
@@ -486,48 +548,78 @@ def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
     last_read: dict[Value, int] = {}
     immediates = fuser.immediates
     for k in kernels:
-        seen: set[Value] = set()
+        # what each node reads from memory: a copy its source, an epilogue its bias, a loop node the
+        # operands not computed in the kernel, other kernels every operand
+        maps, copies, index = k.maps, k.copies, k.index
+        loop = k.kind == LOOP
+        seen: dict[Value, None] = {}
         for n in k.nodes:
-            for u in reads(k, n):
-                if u.op == "const" and not u.shape or u in immediates:
+            inside = False  # whether operands computed in the kernel are skipped
+            if copies and n in copies:
+                reads = (copies[n],)
+            elif n is k.epilogue:
+                reads = (k.bias,)
+            elif n is k.transposed:
+                continue
+            else:
+                reads, inside = n.inputs, loop
+            for u in reads:
+                if inside:
+                    p = u
+                    while p not in maps and p.op in VIEWS:
+                        p = p.inputs[0]
+                    if p in maps:
+                        continue  # computed in the kernel
+                acc = access.get(u)
+                if acc is None and (u in immediates or u.op == "const" and not u.shape):
                     # read from memory with zero strides, not written into the code as a literal: kernels that
                     # differ only in a constant (x * 1.0, x * 2.0, ...) then share one compiled function
-                    const = immediates.get(u, u)
-                    access[u] = Access(const, 0, (0,) * u.ndim)
-                root = fuser._root(u)
+                    acc = access[u] = Access(immediates.get(u, u), 0, (0,) * u.ndim)
+                root = u
+                while root.op in VIEWS and root not in kernel_of:
+                    root = root.inputs[0]
                 if root in kernel_of:
                     materialized.add(root)
                     if root not in access:
-                        access[root] = Access(root, 0, c_strides(root.shape, 1))
-                if u not in access:  # a view of a computed value: its strides over the stored buffer
-                    access[u] = _chain_access(u, access)
-                if u not in seen:
-                    seen.add(u)
-                    k.inputs.append(u)
-                owner = access[u].owner
-                last_read[owner] = k.index
+                        access[root] = Access(root, 0, _c_strides(root.shape))
+                    if acc is None:
+                        acc = access.get(u)
+                if acc is None:  # a view of a computed value: its strides over the stored buffer
+                    acc = _chain_access(u, access)
+                seen[u] = None
+                last_read[acc.owner] = index
+        if seen:
+            k.inputs = list(seen)
     for o in outputs_done:
         materialized.add(o)
-        access.setdefault(o, Access(o, 0, c_strides(o.shape, 1)))
+        if o not in access:
+            access[o] = Access(o, 0, _c_strides(o.shape))
     for k in kernels:
         k.outputs = [n for n in k.nodes if n in materialized]
-        k.stored = set(k.outputs)
         if k.kind == LOOP:
             _assign_passes(k)
 
     # the arena: stored intermediates (not returned), alive from their kernel to their last reader
     # in a fixed order (kernel, then place in it): the placement must not depend on where Python put the Values
-    bufs = [Buffer(v, -(-max(v.nbytes, 1) // ALIGN) * ALIGN, k.index, max(k.index, last_read.get(v, 0)))
-            for k in kernels for v in k.outputs if v not in outputs_done]
+    bufs = []
+    for k in kernels:
+        index = k.index
+        for v in k.outputs:
+            if v not in outputs_done:
+                end = last_read.get(v, 0)
+                bufs.append(Buffer(v, -(-max(math.prod(v.shape) * v.dtype.itemsize, 1) // ALIGN) * ALIGN, index,
+                                   end if end > index else index))
     arena = best_fit(bufs, len(kernels))
-    best = {b.value: b.offset for b in bufs}
+    best = None
     near = overlaps(bufs) if overlapping_pairs(bufs) <= GREEDY_PAIRS else None
-    for order in GREEDY_ORDERS.values() if near is not None else ():  # keep the tightest placement
-        size = greedy_by_size(bufs, order, near)
-        if size < arena:
-            arena, best = size, {b.value: b.offset for b in bufs}
-    for b in bufs:
-        b.offset = best[b.value]
+    if near is not None:
+        best = [b.offset for b in bufs]
+        for order in GREEDY_ORDERS.values():  # keep the tightest placement
+            size = greedy_by_size(bufs, order, near)
+            if size < arena:
+                arena, best = size, [b.offset for b in bufs]
+        for b, off in zip(bufs, best):
+            b.offset = off
     delta = [0] * (len(kernels) + 1)  # live bytes per kernel: +nbytes where a buffer starts, - after it ends
     for b in bufs:
         delta[b.start] += b.nbytes

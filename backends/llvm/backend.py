@@ -112,19 +112,19 @@ class LLVMCompiled:
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
         from gradir.passes import lower_composites
 
-        lowered = lower_composites(graph)
+        ops = {n.op for n in graph.nodes}  # the test lower_composites makes, once per op rather than per node
+        ops.discard("const")
+        lowered = lower_composites(graph) if any(get_primitive(op).decompose is not None for op in ops) else graph
         if lowered is not graph:  # the schedule named the composite nodes: run the lowered graph in its own order
             graph, order = lowered, None
         self.graph = graph
         self.program = fuse(graph, order)
         p = self.program
-        self.consts = [v for v in dict.fromkeys(a.owner for a in p.access.values()) if v.op == "const"]
+        self.consts = [v for v in dict.fromkeys([a.owner for a in p.access.values()]) if v.op == "const"]
         steps = _segments(p)
         compiled = [s for s in steps if isinstance(s, list)]
         mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts)
         self.module_ir = str(mb.build([k for s in compiled for k in s]))
-        self.jit, self.origin = load_module(self.module_ir)
-        self._driver = _DRIVER(self.jit.address("gradir_run"))
         self._table = mb.table
         # a compiled segment runs as (its kernels, its table, the table's address); a NumPy fallback kernel
         # as itself (addresses are taken once: `.ctypes.data` costs a microsecond a call)
@@ -132,6 +132,9 @@ class LLVMCompiled:
         for s in steps:
             table = mb.table(s) if isinstance(s, list) else None
             self.steps.append((s, table, table.ctypes.data) if table is not None else s)
+        mb.release()  # LLVM's compile is the peak of memory: drop the build's bookkeeping first
+        self.jit, self.origin = load_module(self.module_ir)
+        self._driver = _DRIVER(self.jit.address("gradir_run"))
         self._failed = np.zeros(1, np.int64)
         self._failed_ptr = self._failed.ctypes.data
         self.function_of = mb.function_of  # kernel index -> its function (kernels of one structure share one)

@@ -77,7 +77,7 @@ class ModuleBuilder:
     def build(self, kernels: list[Kernel]) -> ir.Module:
         """One function per distinct kernel (sharing.share) and the driver `gradir_run` that runs a table."""
         kernels = [k for k in kernels if k.kind != NUMPY]
-        self.params = {k.index: kernel_params(k, self.program) for k in kernels}
+        self.params = {}  # filled in by share
         self.function_of, self.functions = share(kernels, self.program, self.params)
         for k in self.functions:
             self.kernel_function(k)
@@ -105,11 +105,22 @@ class ModuleBuilder:
         """The driver's program for running `kernels` in order: per kernel, its function number, then
         (slot, byte offset) per parameter (int64s)."""
         out: list[int] = []
+        append, extend = out.append, out.extend
+        function_of, params, slot = self.function_of, self.params, self.slot
+        arena_slot, arena_offsets = self.arena_slot, self.program.arena_offsets
         for k in kernels:
-            out.append(self.function_of[k.index])
-            for o in self.kernel_params(k):
-                out.extend(self.owner_location(o))
+            append(function_of[k.index])
+            ps = params.get(k.index)
+            for o in kernel_params(k, self.program) if ps is None else ps:
+                s = slot.get(o)
+                extend((arena_slot, arena_offsets[o]) if s is None else (s, 0))
         return np.array(out, np.int64)
+
+    def release(self) -> None:
+        """Drop what only building the module and its tables needed (`table` still works, more slowly)."""
+        self.params = {}
+        self.module = None
+        self._blas = {}
 
     def driver(self) -> None:
         """`i32 gradir_run(i8** slots, i64* table, i64 steps, i64* failed)`: for each of `steps` table

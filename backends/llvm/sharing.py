@@ -15,17 +15,26 @@ from __future__ import annotations
 import numpy as np
 
 from gradir.ir import Value
-from gradir.passes.fusion import LOOP, VIEWS, FusedProgram, Kernel, in_kernel_value
+from gradir.passes.fusion import LOOP, MAX_KERNEL_NODES, VIEWS, FusedProgram, Kernel, in_kernel_value
 
 
 def kernel_params(k: Kernel, program: FusedProgram) -> list[Value]:
     """The distinct buffers kernel k touches: owners of what it reads, then of what it writes."""
-    owners: dict[Value, None] = {}
+    return list(_param_positions(k, program.access))
+
+
+def _param_positions(k: Kernel, access) -> dict[Value, int]:
+    """kernel_params(k) -> position: each buffer's parameter number."""
+    owners: dict[Value, int] = {}
     for u in k.inputs:
-        owners.setdefault(program.access[u].owner)
+        o = access[u].owner
+        if o not in owners:
+            owners[o] = len(owners)
     for v in k.outputs:
-        owners.setdefault(program.access[v].owner)
-    return list(owners)
+        o = access[v].owner
+        if o not in owners:
+            owners[o] = len(owners)
+    return owners
 
 
 def _canon(x):
@@ -54,62 +63,123 @@ def _canon(x):
 
 def kernel_key(k: Kernel, program: FusedProgram, params: list[Value] | None = None) -> tuple:
     """The structural key of kernel k: equal keys mean the same generated code (see the module docstring)."""
-    params = kernel_params(k, program) if params is None else params
-    param_of = {o: i for i, o in enumerate(params)}
-    nodes = {n: i for i, n in enumerate(k.nodes)}
-    access, immediates = program.access, program.immediates
-    maps, stored, accumulated, copies, passes, row_after = k.maps, k.stored, k.accumulated, k.copies, k.passes, k.row_after
-    ids: dict[Value, int] = {}
-    queue: list[Value] = []
+    param_of = _param_positions(k, program.access) if params is None else {o: i for i, o in enumerate(params)}
+    return _key(k, program.access, program.immediates, param_of, {})
+
+
+_RANGES: list[tuple] = [tuple(range(n)) for n in range(MAX_KERNEL_NODES + 2)]
+
+
+def _range(n: int) -> tuple:
+    return _RANGES[n] if n < len(_RANGES) else tuple(range(n))
+
+
+def _key(k: Kernel, access, immediates, param_of: dict[Value, int], canon_memo: dict) -> tuple:
+    """kernel_key, given kernel k's buffers (-> parameter number) and a memo (id of an attrs dict -> its
+    spelling) that the calls of one `share` may share (its dicts stay alive and unchanged meanwhile)."""
+    nodes = k.nodes
+    n_nodes = len(nodes)
+    # local ids in order of first appearance: the nodes first (each once), then the values met after
+    queue = list(nodes)
+    ids = dict(zip(queue, range(n_nodes)))
+    get = ids.get
 
     def ref(v: Value | None):
         if v is None:
             return None
-        i = ids.get(v)
+        i = get(v)
         if i is None:
             i = ids[v] = len(queue)
             queue.append(v)
         return i
 
-    head = (k.kind, k.domain, k.outer, tuple((o.dtype, o.shape, o.op == "const") for o in params),
-            tuple(map(ref, k.nodes)), tuple(map(ref, k.inputs)), tuple(map(ref, k.outputs)),
-            ref(k.epilogue), ref(k.bias), ref(k.transposed))
+    inputs = []
+    for v in k.inputs:
+        i = get(v)
+        if i is None:
+            i = ids[v] = len(queue)
+            queue.append(v)
+        inputs.append(i)
+    outputs = []
+    for v in k.outputs:
+        i = get(v)
+        if i is None:
+            i = ids[v] = len(queue)
+            queue.append(v)
+        outputs.append(i)
+    epilogue, bias, transposed = k.epilogue, k.bias, k.transposed
+    head = (k.kind, k.domain, k.outer, tuple([(o.dtype, o.shape, o.op == "const") for o in param_of]),
+            _range(n_nodes), tuple(inputs), tuple(outputs), None if epilogue is None else ref(epilogue),
+            None if bias is None else ref(bias), None if transposed is None else ref(transposed))
+    maps, accumulated, copies, passes, row_after = k.maps, k.accumulated, k.copies, k.passes, k.row_after
+    stored = set(k.outputs)
     described = []
-    for v in queue:  # breadth first over the values the code reads (the queue grows as they are met)
+    append = described.append
+    for v in nodes:  # computed here: everything fusion decided about each node
+        acc = access.get(v)
+        if acc is not None:
+            owner = param_of.get(acc.owner)
+            acc = (owner if owner is not None else ("foreign", id(acc.owner)), acc.offset, acc.strides)
+        attrs = v.attrs
+        if attrs:
+            c = canon_memo.get(id(attrs))
+            if c is None:
+                c = canon_memo[id(attrs)] = _canon(attrs)
+        else:
+            c = None
+        operands = []
+        for u in v.inputs:
+            i = get(u)
+            if i is None:
+                i = ids[u] = len(queue)
+                queue.append(u)
+            operands.append(i)
+        append((v.op, v.shape, v.dtype, c, tuple(operands), acc, maps.get(v) if maps else None,
+                v in accumulated, v in stored, ref(copies.get(v)) if copies else None,
+                passes.get(v) if passes else None, row_after.get(v) if row_after else None))
+    loop = k.kind == LOOP
+    j = n_nodes
+    while j < len(queue):  # then the values the code reads, breadth first (the queue grows as they are met)
+        v = queue[j]
+        j += 1
         acc = access.get(v)
         if acc is not None:
             owner = param_of.get(acc.owner)
             acc = (owner if owner is not None else ("foreign", id(acc.owner)), acc.offset, acc.strides)
         op = v.op
-        if v in nodes:  # computed here: everything fusion decided about it
-            described.append((
-                op, v.shape, v.dtype, _canon(v.attrs) if v.attrs else None, tuple(map(ref, v.inputs)), acc,
-                maps.get(v), v in accumulated, v in stored, ref(copies.get(v)), passes.get(v), row_after.get(v)))
-            continue
         operands = ()
         if op == "const":  # read from memory, except a gemm's 0-d bias, which its epilogue writes as a literal
-            attrs = None if v.shape or k.kind == LOOP else _canon(v.attrs)
+            attrs = None if v.shape or loop else _canon(v.attrs)
         elif op in VIEWS:  # read from memory through its access, or the in-kernel value it views
             op, attrs = "view", None
             p = in_kernel_value(k, v)
-            operands = () if p is None else (ref(p),)
+            if p is not None:
+                operands = (ref(p),)
         else:
             op, attrs = "*", None  # computed elsewhere: only its storage matters
         imm = immediates.get(v)
-        described.append((op, v.shape, v.dtype, attrs, operands, acc, None if imm is None else ref(imm)))
+        append((op, v.shape, v.dtype, attrs, operands, acc, None if imm is None else ref(imm)))
     return head + tuple(described)
 
 
 def share(kernels: list[Kernel], program: FusedProgram,
           params: dict[int, list[Value]] | None = None) -> tuple[dict[int, int], list[Kernel]]:
     """Group kernels by key: (kernel index -> function number, one representative kernel per function).
-    `params` may give each kernel's kernel_params by index."""
+    `params` may give each kernel's kernel_params by index; a dict given empty is filled in."""
     function_of: dict[int, int] = {}
     functions: list[Kernel] = []
     seen: dict[tuple, int] = {}
+    memo: dict = {}
+    access, immediates = program.access, program.immediates
+    fill = params is not None and not params
     for k in kernels:
-        key = kernel_key(k, program, params[k.index] if params is not None else None)
-        f = seen.setdefault(key, len(functions))
+        if params is None or fill:
+            param_of = _param_positions(k, access)
+            if fill:
+                params[k.index] = list(param_of)
+        else:
+            param_of = {o: i for i, o in enumerate(params[k.index])}
+        f = seen.setdefault(_key(k, access, immediates, param_of, memo), len(functions))
         if f == len(functions):
             functions.append(k)
         function_of[k.index] = f
