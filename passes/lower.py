@@ -16,6 +16,8 @@ def lower_composites(graph: Graph) -> Graph:
         prim = get_primitive(n.op)
         return prim.decompose(*operands, **n.attrs) if prim.decompose is not None else None
 
-    if not any(n.op != "const" and get_primitive(n.op).decompose is not None for n in graph.nodes):
+    ops = {n.op for n in graph.nodes}  # (asked once per distinct op, not per node)
+    ops.discard("const")
+    if all(get_primitive(op).decompose is None for op in ops):
         return graph
     return _rebuild(graph, rewrite)

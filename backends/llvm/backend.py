@@ -112,9 +112,7 @@ class LLVMCompiled:
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
         from gradir.passes import lower_composites
 
-        ops = {n.op for n in graph.nodes}  # the test lower_composites makes, once per op rather than per node
-        ops.discard("const")
-        lowered = lower_composites(graph) if any(get_primitive(op).decompose is not None for op in ops) else graph
+        lowered = lower_composites(graph)
         if lowered is not graph:  # the schedule named the composite nodes: run the lowered graph in its own order
             graph, order = lowered, None
         self.graph = graph
