@@ -18,7 +18,7 @@ from gradir import dtypes
 from gradir.errors import ExecutionError, GradirError, TraceError
 from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
-from gradir.primitive import get_primitive
+from gradir.primitive import REGISTRY, get_primitive
 
 _BUILDERS: list[Graph] = []          # graphs under construction, innermost last
 _SOURCE_OVERRIDE: list[tuple[str | None, tuple | None]] = []  # set while a pass re-records a node
@@ -34,22 +34,27 @@ def user_source(depth: int = 1) -> str | None:
     the CLI names the model file instead)."""
     if _SOURCE_OVERRIDE:
         return _SOURCE_OVERRIDE[-1][0]
-    f = sys._getframe(depth)
+    try:
+        f = sys._getframe(depth)
+    except ValueError:  # no frame that deep (called from the outermost frame)
+        return None
+    kinds = _CODE_KIND
     while f is not None:
-        code = f.f_code
-        kind = _CODE_KIND.get(code)
+        kind = kinds.get(f.f_code)
         if kind is None:
-            if len(_CODE_KIND) > 10_000:  # it keeps code objects alive (each exec of a model file makes new ones)
-                _CODE_KIND.clear()
+            code = f.f_code
+            if len(kinds) > 10_000:  # it keeps code objects alive (each exec of a model file makes new ones)
+                kinds.clear()
             top = f.f_globals.get("__name__", "").split(".")[0]
-            kind = _CODE_KIND[code] = "cli" if top in _COMMAND_LINE else "gradir" if top == "gradir" else \
-                os.path.basename(code.co_filename)
-        if kind == "cli":
-            return None
-        if kind != "gradir":
-            return f"{kind}:{f.f_lineno}"
+            kind = "cli" if top in _COMMAND_LINE else "gradir" if top == "gradir" else os.path.basename(code.co_filename)
+            kind = kinds[code] = _GRADIR if kind == _GRADIR else _CLI if kind == _CLI else kind
+        if kind is not _GRADIR:
+            return None if kind is _CLI else f"{kind}:{f.f_lineno}"
         f = f.f_back
     return None
+
+
+_GRADIR, _CLI = "gradir", "cli"  # the two kinds that are not a file name (stored as these objects: compared by identity)
 
 
 _CODE_KIND: dict = {}  # code object -> "gradir", "cli" or the user file's name (tracing asks once per node)
@@ -133,6 +138,25 @@ def capture(v: Value, graph: Graph) -> Value:
 
 def bind(op: str, *operands, **attrs) -> Any:
     """Apply primitive `op`: evaluate now on NumPy operands, or record a node on traced ones."""
+    if _BUILDERS and operands:  # the common case inside a trace and every pass: all operands this graph's Values
+        graph = _BUILDERS[-1]
+        ref = graph.ref
+        for o in operands:
+            if type(o) is not Value or o.graph_ref is not ref:
+                break
+        else:
+            prim = REGISTRY.get(op) or get_primitive(op)
+            try:
+                shape, dtype = prim.infer(*operands, **attrs)
+            except GradirError as e:
+                raise _located(e, op) from None
+            if _SOURCE_OVERRIDE:
+                source, scope = _SOURCE_OVERRIDE[-1]
+                if scope is None:
+                    scope = tuple(_SCOPES) if _SCOPES else ()
+            else:
+                source, scope = user_source(2), tuple(_SCOPES) if _SCOPES else ()  # (from bind's caller)
+            return graph.append(op, operands, attrs, shape, dtype, source, scope)
     for o in operands:
         if isinstance(o, EagerOperand):
             if not is_traced(*operands):
@@ -184,9 +208,12 @@ def _located(e: GradirError, op: str) -> GradirError:
 
 def constant(x, dtype=None) -> Any:
     """A constant: a `const` node inside a trace, a NumPy array outside."""
-    arr = np.asarray(x, dtype=None if dtype is None else dtypes.as_dtype(dtype))
-    if arr.dtype not in dtypes.SHORT_NAMES:
-        arr = arr.astype(dtypes.as_dtype(arr.dtype))
+    if isinstance(dtype, np.dtype) and dtype in dtypes.SHORT_NAMES:  # (as_dtype's answer; the lifting helpers' case)
+        arr = np.asarray(x, dtype=dtype)
+    else:
+        arr = np.asarray(x, dtype=None if dtype is None else dtypes.as_dtype(dtype))
+        if arr.dtype not in dtypes.SHORT_NAMES:
+            arr = arr.astype(dtypes.as_dtype(arr.dtype))
     graph = current_graph()
     if graph is None:
         return arr

@@ -19,17 +19,24 @@ from gradir.gcpause import gc_paused
 from gradir.ir import Graph, Value
 from gradir.ops import add, zeros
 from gradir.passes.cleanup import live_values
-from gradir.primitive import get_primitive
-from gradir.trace import building, source_of
+from gradir.primitive import REGISTRY, get_primitive
+from gradir.trace import _SOURCE_OVERRIDE, building, source_of
 
 
 def needs_grad(graph: Graph, wrt: list[int]) -> set[Value]:
     """Values that depend differentiably on the inputs in `wrt` (the "requires_grad" analysis)."""
     live = {graph.inputs[i] for i in wrt}
+    passes: dict = {}  # (op, dtype) -> whether such a node can carry a gradient
     for n in graph.nodes:
-        if n.op != "const" and dtypes.is_inexact(n.dtype) and get_primitive(n.op).differentiable \
-                and any(i in live for i in n.inputs):
-            live.add(n)
+        key = (n.op, n.dtype)
+        ok = passes.get(key)
+        if ok is None:
+            ok = passes[key] = n.op != "const" and dtypes.is_inexact(n.dtype) and get_primitive(n.op).differentiable
+        if ok:
+            for i in n.inputs:
+                if i in live:
+                    live.add(n)
+                    break
     return live
 
 
@@ -65,25 +72,33 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
     with building(joint):
         joint.copy_nodes(graph.nodes, env)  # the forward part: a copy (every node's type is known already)
         contributions: dict[Value, list[Value]] = {}
+        override = _SOURCE_OVERRIDE
         for o, ct in zip(graph.outputs, cts):
             if o in live:
                 contributions.setdefault(o, []).append(ct)
         for n in reversed(graph.nodes):
-            if n not in contributions:
+            cs = contributions.pop(n, None)
+            if cs is None:
                 continue
-            prim = get_primitive(n.op)
-            with source_of(n.source, n.scope):
-                g = accumulate(contributions.pop(n))
-                in_cts = prim.vjp(g, env[n], *[env[i] for i in n.inputs], **n.attrs)
+            override.append((n.source, n.scope))  # what `with source_of(n.source, n.scope)` does, per node
+            try:
+                g = cs[0] if len(cs) == 1 else accumulate(cs)
+                in_cts = (REGISTRY.get(n.op) or get_primitive(n.op)).vjp(g, env[n], *[env[i] for i in n.inputs],
+                                                                        **n.attrs)
+            finally:
+                override.pop()
             for operand, c in zip(n.inputs, in_cts):
                 if c is not None and operand in live:
-                    contributions.setdefault(operand, []).append(c)
+                    if operand in contributions:
+                        contributions[operand].append(c)
+                    else:
+                        contributions[operand] = [c]
         grads = []
         for i in wrt:
             x = graph.inputs[i]
             with source_of(x.source, x.scope):
                 grads.append(accumulate(contributions[x]) if x in contributions else zeros(x.shape, x.dtype))
-    joint.interned = None
+    joint.interned, joint.distinct = None, True
     joint.outputs = [env[o] for o in graph.outputs] + grads
     live = live_values(joint)  # VJP rules also make contributions nobody needs (to constants): drop them here
     joint.nodes = [n for n in joint.nodes if n in live]

@@ -13,6 +13,7 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import DTypeError, ShapeError
+from gradir.ir import Value
 from gradir.ops.lifting import astype, concrete, elementwise_operands, lift, lift_all
 from gradir.primitive import Primitive, register
 from gradir.trace import bind, user_source
@@ -48,6 +49,19 @@ def _same_type(op: str, *xs):
 
 
 def _vjp_from_partials(partials):
+    if len(partials) == 1 and partials[0] is not None:  # (the same rule without a loop: autodiff calls it per node)
+        (p,) = partials
+
+        def vjp(g, out, x, **attrs):
+            return [p(g, out, x)]
+        return vjp
+    if len(partials) == 2 and partials[0] is not None and partials[1] is not None:
+        p0, p1 = partials
+
+        def vjp(g, out, x, y, **attrs):
+            return [p0(g, out, x, y), p1(g, out, x, y)]
+        return vjp
+
     def vjp(g, out, *xs, **attrs):
         return [None if p is None else p(g, out, *xs) for p in partials]
     return vjp
@@ -67,11 +81,15 @@ def _jvp_from_partials(partials):
 
 def unary(name, numpy, partial, domain=INEXACT, out_dtype=None, flops=1, doc=""):
     """Register an elementwise unary primitive and return its public function."""
+    accepts = _DOMAINS[domain]
+
     def infer(x):
-        _check_dtype(name, x.dtype, domain)
+        if not accepts(x.dtype):
+            _check_dtype(name, x.dtype, domain)
         return x.shape, (out_dtype(x.dtype) if out_dtype else x.dtype)
 
     partials = [partial]
+    floating = domain in (INEXACT, FLOAT)
     register(Primitive(
         name, ("x",), infer, numpy,
         vjp=_vjp_from_partials(partials) if partial else None,
@@ -80,6 +98,8 @@ def unary(name, numpy, partial, domain=INEXACT, out_dtype=None, flops=1, doc="")
         flops=lambda out, xs, at: flops * math.prod(out.shape), doc=doc))
 
     def public(x):
+        if type(x) is Value and (not floating or x.dtype in dtypes.FLOATING):
+            return bind(name, x)  # what the lines below give a traced value that needs no cast
         x = lift(x)
         if domain in (INEXACT, FLOAT) and not dtypes.is_inexact(x.dtype):
             x = astype(x, dtypes.float64)  # as NumPy: np.exp(int array) is float64
@@ -91,9 +111,12 @@ def unary(name, numpy, partial, domain=INEXACT, out_dtype=None, flops=1, doc="")
 
 def binary(name, numpy, partials, domain=NUMERIC, out_dtype=None, doc=""):
     """Register an elementwise binary primitive; the public function broadcasts and promotes."""
+    accepts = _DOMAINS[domain]
+
     def infer(x, y):
         _same_type(name, x, y)
-        _check_dtype(name, x.dtype, domain)
+        if not accepts(x.dtype):
+            _check_dtype(name, x.dtype, domain)
         return x.shape, (out_dtype if out_dtype is not None else x.dtype)
 
     differentiable = partials is not None
@@ -104,6 +127,8 @@ def binary(name, numpy, partials, domain=NUMERIC, out_dtype=None, doc=""):
         kind="elementwise", differentiable=differentiable, doc=doc))
 
     def public(x, y):
+        if type(x) is Value and type(y) is Value and x.shape == y.shape and (x.dtype is y.dtype or x.dtype == y.dtype):
+            return bind(name, x, y)  # what elementwise_operands gives two Values of one type
         return bind(name, *elementwise_operands(x, y, op=name))
     public.__name__ = public.__qualname__ = name
     public.__doc__ = doc or f"Elementwise {name} with NumPy broadcasting, as numpy.{name}."

@@ -42,8 +42,19 @@ def _is_weak(x) -> bool:
 
 def lift_all(*xs, op: str):
     """Lift operands and promote them to one dtype (Python scalars weakly typed)."""
-    if all(type(x) is Value for x in xs) and len({x.dtype for x in xs}) == 1:
-        return list(xs)  # the common case inside a trace, and inside every pass
+    if len(xs) == 2:  # the common cases inside a trace and every pass: two Values of one dtype, or a
+        a, b = xs     # floating Value and a Python float or int (which weak typing gives the Value's dtype)
+        ta, tb = type(a), type(b)
+        if ta is Value:
+            if tb is Value:
+                if a.dtype is b.dtype or a.dtype == b.dtype:
+                    return [a, b]
+            elif (tb is float or tb is int) and a.dtype in dtypes.FLOATING:
+                return [a, constant(b, a.dtype)]
+        elif tb is Value and (ta is float or ta is int) and b.dtype in dtypes.FLOATING:
+            return [constant(a, b.dtype), b]
+    elif all(type(x) is Value for x in xs) and len({x.dtype for x in xs}) == 1:
+        return list(xs)
     if current_graph() is None:  # eager
         fast = _eager_lift_all(xs)
         if fast is not None:
@@ -88,7 +99,11 @@ def astype(x, dtype):
 
 def broadcast_all(*xs, op: str):
     """Broadcast operands to their common shape with explicit `broadcast_to` nodes."""
-    if len({x.shape for x in xs}) == 1:
+    if len(xs) == 2:
+        a, b = xs
+        if a.shape == b.shape:
+            return [a, b]
+    elif len({x.shape for x in xs}) == 1:
         return list(xs)
     try:
         shape = broadcast_shape([x.shape for x in xs])
@@ -130,6 +145,15 @@ def type_str(x) -> str:
 
 
 def elementwise_operands(*xs, op: str):
+    if len(xs) == 2 and current_graph() is not None:  # a floating Value and a Python float or int, in a trace:
+        a, b = xs                                      # what lift_all and broadcast_all give, made directly
+        ta, tb = type(a), type(b)
+        if ta is Value and (tb is float or tb is int) and a.dtype in dtypes.FLOATING:
+            b = constant(b, a.dtype)
+            return [a, bind("broadcast_to", b, shape=a.shape) if a.shape else b]
+        if tb is Value and (ta is float or ta is int) and b.dtype in dtypes.FLOATING:
+            a = constant(a, b.dtype)
+            return [bind("broadcast_to", a, shape=b.shape) if b.shape else a, b]
     return broadcast_all(*lift_all(*xs, op=op), op=op)
 
 
@@ -137,6 +161,11 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
     """`axis` (None, int or tuple, negatives allowed) as a sorted tuple of non-negative axes."""
     if axis is None:
         return tuple(range(ndim))
+    if type(axis) is int and ndim:  # one int axis: the common case (transpose, swapaxes, concatenate)
+        if 0 <= axis < ndim:
+            return (axis,)
+        if -ndim <= axis < 0:
+            return (axis + ndim,)
     axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     out = []
     for a in axes:

@@ -9,6 +9,7 @@ import numpy as np
 
 from gradir import dtypes
 from gradir.errors import DTypeError, ShapeError
+from gradir.ir import Value
 from gradir.ops.lifting import lift_all, type_str
 from gradir.ops.shapes import broadcast_to, reshape, swapaxes
 from gradir.primitive import Primitive, register
@@ -27,6 +28,9 @@ def _matmul_infer(a, b):
 
 
 def _mT(x):
+    if type(x) is Value and len(x.shape) >= 2:  # swapaxes(x, -1, -2)'s permutation, made directly
+        n = len(x.shape)
+        return bind("transpose", x, perm=tuple(range(n - 2)) + (n - 1, n - 2))
     return swapaxes(x, -1, -2)
 
 
@@ -46,6 +50,9 @@ def _sum_terms(terms):
 
 def matmul(a, b):
     """numpy.matmul: 1-D operands are promoted to matrices and squeezed back; batch dims broadcast."""
+    if type(a) is Value and type(b) is Value and len(a.shape) == 2 == len(b.shape) and a.shape[1] == b.shape[0] \
+            and (a.dtype is b.dtype or a.dtype == b.dtype) and a.dtype != dtypes.bool_:
+        return bind("matmul", a, b)  # two matrices: what the general path below comes to
     a, b = lift_all(a, b, op="matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul of a 0-d value; use * for scaling", op="matmul", source=user_source())

@@ -62,7 +62,8 @@ def reshape(x, shape):
 def _transpose_infer(x, perm):
     if sorted(perm) != list(range(len(x.shape))):
         raise ShapeError(f"perm {perm} is not a permutation of the {len(x.shape)} axes", op="transpose")
-    return tuple(x.shape[p] for p in perm), x.dtype
+    shape = x.shape
+    return tuple([shape[p] for p in perm]), x.dtype
 
 
 register(Primitive("transpose", ("x",), _transpose_infer, "np.transpose(x, perm)",
@@ -115,6 +116,10 @@ def squeeze(x, axis=None):
 
 # -- broadcast_to --------------------------------------------------------------------------------
 def _broadcast_infer(x, shape):
+    shape, xs = tuple(shape), tuple(x.shape)
+    k = len(shape) - len(xs)
+    if k >= 0 and all(type(d) is int and d >= 0 for d in shape) and all(a == 1 or a == b for a, b in zip(xs, shape[k:])):
+        return shape, x.dtype  # (what NumPy's rule below says in these cases, without its per-call setup)
     try:
         if np.broadcast_shapes(tuple(x.shape), tuple(shape)) != tuple(shape):
             raise ValueError
