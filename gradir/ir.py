@@ -19,6 +19,7 @@ import ast
 import itertools
 import math
 import re
+import sys
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -210,9 +211,7 @@ class Value:
 
 
 def _ops():
-    import gradir.ops as ops
-
-    return ops
+    return sys.modules["gradir.ops"]  # imported with gradir (it imports this module, so not at the top)
 
 
 def _no_floordiv(v):
@@ -309,10 +308,21 @@ class Graph:
     def copy_nodes(self, nodes, env: dict, source_scope: tuple | None = None) -> None:
         """Append a copy of each of `nodes` (another graph's), its operands mapped through `env`, which
         gains the copies; nothing is inferred again. `source_scope` replaces their source and scope."""
-        append = self.append
+        if self.interned is not None or source_scope is not None:
+            append = self.append
+            for n in nodes:
+                source, scope = (n.source, n.scope) if source_scope is None else source_scope
+                env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, source, scope)
+            return
+        # a plain copy: the fields are a Value's already (shape interned, dtype a np.dtype), so they are
+        # set as they are, without Value.__init__'s normalizing (a third of a 100k-node copy's time)
+        new, ref, out, ids = object.__new__, self.ref, self.nodes, _ids
         for n in nodes:
-            source, scope = (n.source, n.scope) if source_scope is None else source_scope
-            env[n] = append(n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, source, scope)
+            v = new(Value)
+            v.op, v.inputs, v.attrs, v.shape, v.dtype = n.op, tuple([env[i] for i in n.inputs]), n.attrs, n.shape, n.dtype
+            v.source, v.scope, v.graph_ref, v.uid = n.source, n.scope, ref, next(ids)
+            out.append(v)
+            env[n] = v
 
     def all_values(self) -> list[Value]:
         return self.inputs + self.nodes

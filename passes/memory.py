@@ -204,35 +204,32 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
 
 
 def best_fit(bufs: list[Buffer], steps: int) -> int:
-    """Place buffers in time order: each takes the smallest free gap that fits, else the arena grows."""
-    by_end: dict[int, list[Buffer]] = {}
-    for b in bufs:
-        by_end.setdefault(b.end, []).append(b)
-    starting = sorted(bufs, key=lambda b: (b.start, -b.nbytes))  # each step's new buffers, largest first
-    k = 0
+    """Place buffers in time order: each takes the smallest free gap that fits, else the arena grows.
+    At each step the new buffers are placed (largest first), then those read for the last time freed."""
+    placing = sorted(bufs, key=lambda b: (b.start, -b.nbytes))
+    freeing = sorted([b for b in bufs if b.end < steps - 1], key=lambda b: b.end)  # the rest live to the end
     free = _Gaps()
-    top = 0
-    for t in range(steps):
-        while k < len(starting) and starting[k].start == t:
-            b = starting[k]
-            k += 1
-            i = bisect.bisect_left(free.by_size, (b.nbytes, -1))
-            if i < len(free.by_size):  # the smallest gap that fits (the lowest, among equal sizes)
-                size, off = free.by_size[i]
-                free.remove(off, size)
-                if size > b.nbytes:
-                    free.insert(off + b.nbytes, size - b.nbytes)
-                b.offset = off
-            else:
-                if free.by_offset and sum(free.by_offset[-1]) == top:  # extend the gap at the top
-                    off, size = free.by_offset[-1]
-                    free.remove(off, size)
-                    b.offset, top = off, off + b.nbytes
-                else:
-                    b.offset, top = top, top + b.nbytes
-        for b in by_end.get(t, ()):
-            if b.end < steps - 1 or steps == 0:
-                free.release(b.offset, b.nbytes)
+    by_size, by_offset = free.by_size, free.by_offset
+    top = j = 0
+    for b in placing:
+        if b.start >= steps:
+            break
+        while j < len(freeing) and freeing[j].end < b.start:  # freed at an earlier step than b is placed
+            free.release(freeing[j].offset, freeing[j].nbytes)
+            j += 1
+        i = bisect.bisect_left(by_size, (b.nbytes, -1))
+        if i < len(by_size):  # the smallest gap that fits (the lowest, among equal sizes)
+            size, off = by_size[i]
+            free.remove(off, size)
+            if size > b.nbytes:
+                free.insert(off + b.nbytes, size - b.nbytes)
+            b.offset = off
+        elif by_offset and sum(by_offset[-1]) == top:  # extend the gap at the top
+            off, size = by_offset[-1]
+            free.remove(off, size)
+            b.offset, top = off, off + b.nbytes
+        else:
+            b.offset, top = top, top + b.nbytes
     return top
 
 

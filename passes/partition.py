@@ -156,9 +156,13 @@ def partition(joint: Graph, num_forward_outputs: int | None = None, saved=None) 
         benv[r] = backward.add_input(r.shape, r.dtype, name, r.source)
     for c in cts:
         benv[c] = backward.add_input(c.shape, c.dtype, c.attrs.get("name"), c.source)
-    for n in bwd_order:
-        if n.op != "input":
-            scope = n.scope + (RECOMPUTE,) if n in recomputed and n not in constish else n.scope
+    marked = recomputed - constish  # nodes the backward computes again, scoped as such
+    nodes = [n for n in bwd_order if n.op != "input"]
+    if not marked:
+        backward.copy_nodes(nodes, benv)
+    else:
+        for n in nodes:
+            scope = n.scope + (RECOMPUTE,) if n in marked else n.scope
             benv[n] = backward.append(n.op, tuple([benv[i] for i in n.inputs]), n.attrs, n.shape, n.dtype, n.source,
                                       scope)
     backward.outputs = [benv[g] for g in grads]
