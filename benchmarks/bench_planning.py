@@ -8,9 +8,10 @@ memory is its own. Phases, as `gr.compile(gr.value_and_grad(loss))` runs them:
 
   trace -> autodiff (joint graph) -> cleanup (lower, simplify, cse, dce) -> partition (forward /
   backward programs, saved values) -> schedule (dependency-counted backward order; its step-by-step
-  record is replayed when a report asks for it) -> memory plan (lifetimes, peak, arena over forward
-  then backward) -> codegen (fusion + LLVM, compiled for this CPU, no on-disk cache) -> reports (the
-  schedule, memory plan and saved-tensor report as text).
+  record is replayed when a report asks for it) -> memory plan (lifetimes, live bytes and peak over
+  forward then backward; its lower bound and arena layout are worked out when a report reads them)
+  -> codegen (fusion + LLVM, compiled for this CPU, no on-disk cache) -> reports (the schedule,
+  memory plan and saved-tensor report as text).
 
 "MiB" is the process's peak resident memory after the phase minus after importing gradir and loading
 LLVM (a high-water mark: it never goes down). Also measured: `gr.grad` on a 20,000-op tanh chain, first
@@ -161,9 +162,9 @@ def main():
 
     intro = __doc__.split("\n\n")[1].replace("\n", " ")
     lines = ["# The compiler at scale", "", f"`python benchmarks/bench_planning.py`. {intro}",
-             "", "Seconds per phase, medians of 3 processes up to 100k nodes. \"trace to code\" is the pipeline (every phase but",
-             "the reports; target at 100k nodes: under 3 s and 300 MiB); MiB: peak resident memory over the process after importing",
-             "gradir and LLVM, through code generation, then with the reports printed too:", "",
+             "", "Seconds per phase, medians of 3 processes up to 100k nodes. \"trace to code\" is the pipeline (every",
+             "phase but the reports; target at 100k nodes: under 3 s and 300 MiB); MiB: peak resident memory over the",
+             "process after importing gradir and LLVM, through code generation, then with the reports printed too:", "",
              "| joint nodes | " + " | ".join(PIPELINE) + " | trace to code s | peak MiB | reports s | with reports MiB |",
              "|---:|" + "---:|" * (len(PIPELINE) + 4)]
     for size in (int(s) for s in opts.sizes.split(",")):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import accumulate
 
 from gradir.gcpause import gc_paused
@@ -40,15 +41,41 @@ class Buffer:
 
 @dataclass
 class MemoryPlan(Report):
+    """Lifetimes, live bytes and peak of a timeline. The lower bound and the arena layout (what the
+    reports show, not what a planner weighing peaks needs) are worked out when first read."""
     graph: Graph
     order: list[Value]
-    buffers: list[Buffer]
+    lifetimes: list[Buffer] = field(repr=False)  # the buffers, in (start, end) order; see `buffers`
     live_bytes: list[int]
     peak_bytes: int
     peak_step: int
-    lower_bound_bytes: int
-    arena_bytes: int
     phases: list[str] = field(default_factory=list)
+    owner: dict[Value, Value] | None = field(default=None, repr=False)  # each value's storage owner
+    layout: bool = True  # False: no arena (offsets stay -1, arena_bytes 0)
+
+    @property
+    def buffers(self) -> list[Buffer]:
+        """The buffers, placed in the arena (offsets set)."""
+        _ = self.arena_bytes
+        return self.lifetimes
+
+    @cached_property
+    def arena_bytes(self) -> int:
+        """The arena the best-fit layout needs (buffer offsets are set as a side effect)."""
+        return best_fit(self.lifetimes, len(self.order)) if self.layout else 0
+
+    @cached_property
+    def lower_bound_bytes(self) -> int:
+        """The most one step needs at once (its result and its operands' buffers, each once), or the
+        results, all alive at the end: no order of these steps peaks below it."""
+        owner = self.owner if self.owner is not None else storage_owners(self.graph)
+        size = {b.value: b.nbytes for b in self.lifetimes}
+        lower = sum(size.get(o, 0) for o in {owner[o] for o in self.graph.outputs})
+        for n in self.order:
+            touched = {owner[i] for i in n.inputs}
+            touched.add(owner[n])
+            lower = max(lower, sum([size.get(b, 0) for b in touched]))
+        return lower
 
     @property
     def fragmentation(self) -> float:
@@ -90,7 +117,7 @@ class MemoryPlan(Report):
     def _flows(self) -> tuple[list[int], list[int]]:
         """Bytes each step allocates and frees (buffers alive to the end are never freed)."""
         alloc, freed = [0] * len(self.order), [0] * len(self.order)
-        for b in self.buffers:
+        for b in self.lifetimes:
             if 0 <= b.start < len(alloc):
                 alloc[b.start] += b.nbytes
             if b.end < len(self.order) - 1:
@@ -166,25 +193,16 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     buffers: dict[Value, Buffer] = {}
     for x in owned:
         if owner[x] is x and x.ndim:
-            buffers[x] = Buffer(x, x.nbytes, 0, 0, phase=(phases[0] if phases else ""))
+            buffers[x] = Buffer(x, x.nbytes, 0, 0, phase=phases[0] if phases else "")
     get = buffers.get
-    lower = 0  # the most one step needs at once: its result and its operands' buffers (each once)
     for n in order:
         t = step[n]
-        own = owner[n]
-        if own is n and n.op != "const" and n.ndim and n not in skip:
+        if owner[n] is n and n.op != "const" and n.ndim and n not in skip:
             buffers[n] = Buffer(n, n.nbytes, t, t, phase=phases[t] if phases else "")
-        touched = {owner[i] for i in n.inputs}
-        touched.add(own)
-        need = 0
-        for o in touched:
-            b = get(o)
-            if b is not None:
-                need += b.nbytes
-                if b.end < t:
-                    b.end = t
-        if need > lower:
-            lower = need
+        for i in n.inputs:
+            b = get(owner[i])
+            if b is not None and b.end < t:
+                b.end = t
     for o in keep:
         if o in buffers:
             buffers[o].end = last
@@ -197,10 +215,7 @@ def plan_memory(graph: Graph, order: list[Value] | None = None, phases: list[str
     live = list(accumulate(delta[:-1]))
     peak = max(live, default=0)
     peak_step = live.index(peak) if live else 0
-
-    lower = max(lower, sum(buffers[o].nbytes for o in keep if o in buffers))  # or the results, all alive at the end
-    arena = best_fit(bufs, len(order)) if layout else 0
-    return MemoryPlan(graph, order, bufs, live, peak, peak_step, lower, arena, list(phases or []))
+    return MemoryPlan(graph, order, bufs, live, peak, peak_step, list(phases or []), owner, layout)
 
 
 def best_fit(bufs: list[Buffer], steps: int) -> int:
