@@ -56,7 +56,8 @@ def is_complex(d) -> bool:
 
 def is_inexact(d) -> bool:
     """Floating or complex: the dtypes that carry gradients."""
-    return is_float(d) or is_complex(d)
+    d = d if isinstance(d, np.dtype) else np.dtype(d)
+    return d in FLOATING or d.kind == "c"
 
 
 def is_integer(d) -> bool:

@@ -351,7 +351,7 @@ class Tensor(EagerOperand):
         reads = rule.reads
         saved = {i: ((out._storage, 0) if i < 0 else (operands[i]._storage, operands[i]._storage.version))
                  for i in reads if i < 0 or isinstance(operands[i], Tensor)}
-        inputs = tuple(_link(o, a, i in reads) for i, (o, a) in enumerate(zip(operands, arrays)))
+        inputs = tuple([_link(o, a, i in reads) for i, (o, a) in enumerate(zip(operands, arrays))])
         out._node = Node(op, attrs, inputs, out._source, value.shape, value.dtype, saved, rule)
         out._requires_grad = True
         return out
