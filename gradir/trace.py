@@ -38,16 +38,16 @@ def user_source(depth: int = 1) -> str | None:
         f = sys._getframe(depth)
     except ValueError:  # no frame that deep (called from the outermost frame)
         return None
-    kinds = _CODE_KIND
+    kinds = _FILE_KIND
     while f is not None:
-        kind = kinds.get(f.f_code)
+        filename = f.f_code.co_filename
+        kind = kinds.get(filename)
         if kind is None:
-            code = f.f_code
-            if len(kinds) > 10_000:  # it keeps code objects alive (each exec of a model file makes new ones)
+            if len(kinds) > 10_000:  # a long session exec'ing many model files
                 kinds.clear()
             top = f.f_globals.get("__name__", "").split(".")[0]
-            kind = "cli" if top in _COMMAND_LINE else "gradir" if top == "gradir" else os.path.basename(code.co_filename)
-            kind = kinds[code] = _GRADIR if kind == _GRADIR else _CLI if kind == _CLI else kind
+            kind = "cli" if top in _COMMAND_LINE else "gradir" if top == "gradir" else os.path.basename(filename)
+            kind = kinds[filename] = _GRADIR if kind == _GRADIR else _CLI if kind == _CLI else kind
         if kind is not _GRADIR:
             return None if kind is _CLI else f"{kind}:{f.f_lineno}"
         f = f.f_back
@@ -57,7 +57,9 @@ def user_source(depth: int = 1) -> str | None:
 _GRADIR, _CLI = "gradir", "cli"  # the two kinds that are not a file name (stored as these objects: compared by identity)
 
 
-_CODE_KIND: dict = {}  # code object -> "gradir", "cli" or the user file's name (tracing asks once per node)
+# source file -> "gradir", "cli" or the file's name (tracing asks once per node). Keyed by file name, whose
+# hash a str keeps, not by code object, whose hash is worked out from its bytecode at every lookup
+_FILE_KIND: dict = {}
 
 
 def current_scope() -> tuple[str, ...]:
