@@ -93,23 +93,19 @@ def _key(k: Kernel, access, immediates, param_of: dict[Value, int], canon_memo: 
             queue.append(v)
         return i
 
-    inputs = []
-    for v in k.inputs:
-        i = get(v)
-        if i is None:
-            i = ids[v] = len(queue)
-            queue.append(v)
-        inputs.append(i)
-    outputs = []
-    for v in k.outputs:
-        i = get(v)
-        if i is None:
-            i = ids[v] = len(queue)
-            queue.append(v)
-        outputs.append(i)
+    def refs(values) -> tuple:  # ref of each (a loop per list, not a call per value: keys run per kernel)
+        out = []
+        for v in values:
+            i = get(v)
+            if i is None:
+                i = ids[v] = len(queue)
+                queue.append(v)
+            out.append(i)
+        return tuple(out)
+
     epilogue, bias, transposed = k.epilogue, k.bias, k.transposed
     head = (k.kind, k.domain, k.outer, tuple([(o.dtype, o.shape, o.op == "const") for o in param_of]),
-            _range(n_nodes), tuple(inputs), tuple(outputs), None if epilogue is None else ref(epilogue),
+            _range(n_nodes), refs(k.inputs), refs(k.outputs), None if epilogue is None else ref(epilogue),
             None if bias is None else ref(bias), None if transposed is None else ref(transposed))
     maps, accumulated, copies, passes, row_after = k.maps, k.accumulated, k.copies, k.passes, k.row_after
     stored = set(k.outputs)
@@ -127,14 +123,7 @@ def _key(k: Kernel, access, immediates, param_of: dict[Value, int], canon_memo: 
                 c = canon_memo[id(attrs)] = _canon(attrs)
         else:
             c = None
-        operands = []
-        for u in v.inputs:
-            i = get(u)
-            if i is None:
-                i = ids[u] = len(queue)
-                queue.append(u)
-            operands.append(i)
-        append((v.op, v.shape, v.dtype, c, tuple(operands), acc, maps.get(v) if maps else None,
+        append((v.op, v.shape, v.dtype, c, refs(v.inputs), acc, maps.get(v) if maps else None,
                 v in accumulated, v in stored, ref(copies.get(v)) if copies else None,
                 passes.get(v) if passes else None, row_after.get(v) if row_after else None))
     loop = k.kind == LOOP
