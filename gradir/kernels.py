@@ -93,3 +93,20 @@ def fold(cols, kernel, stride, padding, dilation, size):
             out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw] += cols[:, :, i, j]
     # a copy when padded: a view would keep the whole padded buffer alive (the memory plan counts h x w)
     return out[:, :, ph: ph + h, pw: pw + w].copy() if ph or pw else out
+
+
+def cumsum(x, axis, reverse):
+    """np.cumsum along `axis`, from the far end when `reverse` (the adjoint of the forward sum)."""
+    if not reverse:
+        return np.cumsum(x, axis=axis)
+    flip = (slice(None),) * axis + (slice(None, None, -1),)
+    return np.ascontiguousarray(np.cumsum(x[flip], axis=axis)[flip])
+
+
+def argsort(x, axis, descending):
+    """Stable argsort; descending keeps ties in index order (sorting the reversed array ascending)."""
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable")
+    n = x.shape[axis]
+    rev = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    return np.ascontiguousarray(n - 1 - rev)

@@ -4,17 +4,23 @@ from gradir.ops.creation import arange, full, ones, zeros
 from gradir.ops.elementwise import (
     abs,
     add,
+    ceil,
+    clamp,
+    clip,
     cos,
     divide,
     equal,
     erf,
     exp,
+    expm1,
+    floor,
     greater,
     greater_equal,
     imag,
     less,
     less_equal,
     log,
+    log1p,
     logical_and,
     logical_not,
     logical_or,
@@ -27,6 +33,7 @@ from gradir.ops.elementwise import (
     real,
     relu,
     remainder,
+    round,
     rsqrt,
     sigmoid,
     sign,
@@ -35,24 +42,31 @@ from gradir.ops.elementwise import (
     square,
     stop_gradient,
     subtract,
+    tan,
     tanh,
     where,
 )
-from gradir.ops.indexing import getitem, one_hot, take
+from gradir.ops.indexing import argsort, gather, getitem, masked_fill, one_hot, scatter, scatter_add, sort, take, topk
 from gradir.ops.lifting import astype
-from gradir.ops.linalg import dot, matmul
-from gradir.ops.reductions import argmax, argmin, logsumexp, max, mean, min, std, sum, var
+from gradir.ops.linalg import dot, einsum, matmul
+from gradir.ops.reductions import argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var
 from gradir.ops.shapes import (
     broadcast_to,
     concatenate,
     expand_dims,
+    outer,
     pad,
+    repeat,
     reshape,
+    roll,
     split,
     squeeze,
     stack,
     swapaxes,
+    tile,
     transpose,
+    tril,
+    triu,
 )
 from gradir.ops.update import setitem  # noqa: F401 - x[idx] = v as a pure op; registers its primitives
 
@@ -64,4 +78,7 @@ __all__ = [
     "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "sin", "split", "sqrt", "square", "squeeze", "stack",
     "std", "stop_gradient", "subtract", "sum", "swapaxes", "take", "tanh", "transpose", "var", "where",
     "zeros",
+    # issue 10: the op library PyTorch models need
+    "argsort", "ceil", "clamp", "clip", "cumsum", "einsum", "expm1", "floor", "gather", "log1p", "masked_fill", "norm",
+    "outer", "prod", "repeat", "roll", "round", "scatter", "scatter_add", "sort", "tan", "tile", "topk", "tril", "triu",
 ]

@@ -156,7 +156,33 @@ erf = unary("erf", "_k.erf(x)", lambda t, y, x: t * (2 / math.sqrt(math.pi) * ex
 sign = unary("sign", "np.sign(x)", None, domain=NUMERIC, doc="-1, 0 or 1; derivative zero.")
 abs = unary("abs", "np.abs(x)", lambda t, y, x: t * sign(x), domain=NUMERIC, out_dtype=dtypes.real_dtype,
             doc="|x|; on complex input the modulus (which a complex-step check cannot see through).")
-real = unary("real", "np.real(x)", None, domain=ANY, out_dtype=dtypes.real_dtype, doc="Real part.")
+log1p = unary("log1p", "np.log1p(x)", lambda t, y, x: t / (1 + x), doc="log(1 + x), accurate for small x.")
+expm1 = unary("expm1", "np.expm1(x)", lambda t, y, x: t * (y + 1), doc="exp(x) - 1, accurate for small x.")
+tan = unary("tan", "np.tan(x)", lambda t, y, x: t * (1 + y * y))
+# rounding: piecewise constant, so a zero derivative everywhere (as torch); ints are cast to float64 as NumPy does
+floor = unary("floor", "np.floor(x)", None, domain=FLOAT, doc="Round down, as numpy.floor; derivative zero.")
+ceil = unary("ceil", "np.ceil(x)", None, domain=FLOAT, doc="Round up, as numpy.ceil; derivative zero.")
+_rint = unary("rint", "np.rint(x)", None, domain=FLOAT,
+              doc="Round to the nearest integer, halves to even (numpy.rint, torch.round); derivative zero.")
+
+
+def round(x, decimals=0):
+    """numpy.round: halves go to the nearest even value (as torch.round); derivative zero."""
+    if not decimals:
+        return _rint(x)
+    scale = 10.0 ** decimals  # what NumPy does too: round(x * 10**d) / 10**d
+    return _rint(x * scale) / scale
+
+
+def _real_partial(t, y, x):
+    if not dtypes.is_complex(x.dtype):
+        return t  # the identity on real values
+    # complex operand: the JVP takes the real part of the tangent; the VJP lifts the real cotangent
+    return real(t) if dtypes.is_complex(t.dtype) else astype(t, x.dtype)
+
+
+real = unary("real", "np.real(x)", _real_partial, domain=ANY, out_dtype=dtypes.real_dtype,
+             doc="Real part (the identity on real values, gradient included).")
 imag = unary("imag", "np.imag(x)", None, domain=ANY, out_dtype=dtypes.real_dtype, doc="Imaginary part.")
 stop_gradient = unary("stop_gradient", "x", None, domain=ANY,
                       doc="Identity whose derivative is zero (jax.lax.stop_gradient, torch .detach()).")
@@ -216,7 +242,9 @@ greater = binary("greater", "x > y", None, domain=ANY, out_dtype=dtypes.bool_)
 greater_equal = binary("greater_equal", "x >= y", None, domain=ANY, out_dtype=dtypes.bool_)
 equal = binary("equal", "x == y", None, domain=ANY, out_dtype=dtypes.bool_)
 not_equal = binary("not_equal", "x != y", None, domain=ANY, out_dtype=dtypes.bool_)
-remainder = binary("remainder", "np.remainder(x, y)", None, doc="numpy.remainder (Python's %); no gradient.")
+remainder = binary("remainder", "np.remainder(x, y)",
+                   [lambda t, o, x, y: t, lambda t, o, x, y: -(t * floor(x / y))],  # x - floor(x/y)*y, as torch
+                   doc="numpy.remainder (Python's %): x - floor(x/y)*y; d/dx = 1, d/dy = -floor(x/y) as torch.")
 logical_and = binary("logical_and", "np.logical_and(x, y)", None, domain=ANY, out_dtype=dtypes.bool_)
 logical_or = binary("logical_or", "np.logical_or(x, y)", None, domain=ANY, out_dtype=dtypes.bool_)
 logical_not = unary("logical_not", "np.logical_not(x)", None, domain=ANY, out_dtype=lambda d: dtypes.bool_,
@@ -281,3 +309,35 @@ def _convert_jvp(ts, out, x, dtype):
 
 register(Primitive("convert", ("x",), _convert_infer, "x.astype(dtype)", vjp=_convert_vjp, jvp=_convert_jvp,
                    kind="elementwise", doc="Cast to `dtype`."))
+
+
+# -- clip ------------------------------------------------------------------------------------------
+def clip(x, min=None, max=None):
+    """numpy.clip (torch.clamp): `min`/`max` are None, scalars or arrays (all broadcast).
+
+    Gradients follow torch's convention: x receives the cotangent where min <= x <= max (both
+    boundaries included), min where x < min < max, and max where x > max or max < min (where
+    max < min the result is max, as torch)."""
+    if min is None and max is None:
+        raise DTypeError("needs at least one of min and max", op="clip", source=user_source())
+    present = [b for b in (min, max) if b is not None]
+    x, *bounds = lift_all(x, *present, op="clip")
+    lo = bounds.pop(0) if min is not None else None
+    hi = bounds.pop(0) if max is not None else None
+    if hi is None:
+        return where(x < lo, lo, x)  # torch: x's cotangent where x >= min, min's where x < min
+    if lo is None:
+        return where(x > hi, hi, x)
+    clo, chi = concrete(lo), concrete(hi)
+    if clo is not None and chi is not None and np.all(clo < chi):
+        return where(x < lo, lo, where(x > hi, hi, x))  # the common case: constant bounds in order
+    # general bounds: three disjoint masks give torch's cotangents; what none covers (min == max > x,
+    # or a NaN x) takes its value from a non-differentiated clip, which torch gives no cotangent either
+    take_x = logical_and(x >= lo, x <= hi)
+    take_hi = logical_or(x > hi, hi < lo)
+    take_lo = logical_and(x < lo, lo < hi)
+    rest = stop_gradient(minimum(maximum(x, lo), hi))
+    return where(take_x, x, where(take_hi, hi, where(take_lo, lo, rest)))
+
+
+clamp = clip

@@ -228,3 +228,161 @@ def _advanced(x, index):
         flat = flat * n + i % n
     yr = reshape(y, y.shape[:lead] + (int(np.prod(sizes)),) + y.shape[lead + k:]) if k > 1 else y
     return bind("take", yr, flat, axis=lead)
+
+
+# -- torch-style gather / scatter along one axis -------------------------------------------------------
+def _flat_positions(x, index, axis: int, op: str, checked: bool = True):
+    """Positions in x.reshape(-1) of the elements that torch.gather(x, axis, index) reads: index
+    along `axis`, the element's own coordinates on the other axes (index may be smaller there)."""
+    from gradir.ops.lifting import normalize_axes
+
+    index = lift(index)
+    _check_index(index, op, user_source())
+    if x.ndim == 0:
+        raise ShapeError("needs a value of at least 1 dimension", op=op, source=user_source())
+    if index.ndim != x.ndim:
+        raise ShapeError(f"index has {index.ndim} dimensions, the operand {x.ndim} (they must match)", op=op,
+                         source=user_source())
+    (axis,) = normalize_axes(axis, x.ndim, op)
+    if any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != axis):
+        raise ShapeError(f"index shape {tuple(index.shape)} exceeds the operand's {tuple(x.shape)} off axis {axis}",
+                         op=op, source=user_source())
+    strides = [int(np.prod(x.shape[d + 1:])) for d in range(x.ndim)]
+    grid = np.indices(index.shape, dtype=np.int64)
+    offsets = sum((grid[d] * strides[d] for d in range(x.ndim) if d != axis), np.zeros(index.shape, np.int64))
+    n = x.shape[axis]
+    c = concrete(index)
+    if c is not None:
+        if c.size and (c.min() < 0 or c.max() >= n):  # torch refuses negative indices too
+            bad = c.min() if c.min() < 0 else c.max()
+            raise ShapeError(f"index {bad} is out of bounds for an axis of size {n}", op=op, source=user_source())
+        return lift(c.astype(np.int64) * strides[axis] + offsets), axis
+    if checked:
+        index = check_classes(index, n, op)  # a traced index is checked when the program runs
+    return astype(index, dtypes.int64) * strides[axis] + offsets, axis
+
+
+def gather(x, axis, index):
+    """torch.gather (numpy.take_along_axis with torch's shapes): out[i][j] = x[index[i][j]][j] for
+    axis 0. index has x's number of dimensions and is at most x's size off `axis`; the result has
+    index's shape. One `take` on the flattened x, so the gradient is a scatter-add into x."""
+    x = lift(x)
+    flat, _ = _flat_positions(x, index, axis, "gather")
+    return bind("take", reshape(x, (-1,)), flat, axis=0)
+
+
+def _scatter_source(x, src, index_shape, op):
+    from gradir.ops.lifting import lift_all
+
+    x, src = lift_all(x, src, op=op)
+    if src.ndim == 0:  # torch's `value=` form
+        from gradir.ops.shapes import broadcast_to
+
+        return x, broadcast_to(src, index_shape)
+    if src.ndim != len(index_shape) or any(i > s for i, s in zip(index_shape, src.shape)):
+        raise ShapeError(f"src shape {tuple(src.shape)} is smaller than the index shape {tuple(index_shape)}",
+                         op=op, source=user_source())
+    if tuple(src.shape) != tuple(index_shape):  # torch reads only the index-shaped corner of src
+        src = bind("slice", src, starts=(0,) * src.ndim, stops=tuple(index_shape), steps=(1,) * src.ndim)
+    return x, src
+
+
+def scatter_add(x, axis, index, src):
+    """torch.scatter_add: x with src[i][j] added at x[index[i][j]][j] (axis 0); repeated positions
+    accumulate. Differentiable in x (identity) and src (a gather of the cotangent)."""
+    x = lift(x)
+    flat, _ = _flat_positions(x, index, axis, "scatter_add")
+    x, src = _scatter_source(x, src, flat.shape, "scatter_add")
+    added = bind("index_add", src, flat, axis=0, size=int(np.prod(x.shape)))
+    return x + reshape(added, x.shape)
+
+
+def scatter(x, axis, index, src):
+    """torch.scatter: x with x[index[i][j]][j] = src[i][j] (axis 0); src may be a scalar. With
+    repeated positions the last write wins (torch leaves the order unspecified). Differentiable in x
+    (zero where overwritten) and src."""
+    x = lift(x)
+    flat, _ = _flat_positions(x, index, axis, "scatter")
+    x, src = _scatter_source(x, src, flat.shape, "scatter")
+    return reshape(bind("index_update", reshape(x, (-1,)), flat, src, axis=0), x.shape)
+
+
+def masked_fill(x, mask, value):
+    """torch.masked_fill: `value` where the bool `mask` (broadcast to x's shape) is true, x elsewhere."""
+    from gradir.ops.elementwise import where
+    from gradir.ops.lifting import broadcast_all
+
+    x, mask = lift(x), lift(mask)
+    if mask.dtype != dtypes.bool_:
+        raise DTypeError(f"mask must be bool, got {dtypes.short(mask.dtype)}", op="masked_fill", source=user_source())
+    value = lift(value, x.dtype)
+    if value.dtype != x.dtype:
+        value = astype(value, x.dtype)
+    if value.ndim:
+        raise ShapeError(f"value must be a scalar (0-d), got shape {tuple(value.shape)}", op="masked_fill",
+                         source=user_source())
+    try:
+        if np.broadcast_shapes(tuple(mask.shape), tuple(x.shape)) != tuple(x.shape):
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"mask shape {tuple(mask.shape)} does not broadcast to {tuple(x.shape)}", op="masked_fill",
+                         source=user_source()) from None
+    mask, _ = broadcast_all(mask, x, op="masked_fill") if tuple(mask.shape) != tuple(x.shape) else (mask, x)
+    return where(mask, value, x)
+
+
+# -- sorting -----------------------------------------------------------------------------------------
+def _argsort_infer(x, axis, descending):
+    if not 0 <= axis < len(x.shape):
+        raise ShapeError(f"axis {axis} out of range for a {len(x.shape)}-d value", op="argsort")
+    if dtypes.is_complex(x.dtype):
+        raise DTypeError("complex values have no order", op="argsort")
+    return tuple(x.shape), dtypes.int64
+
+
+register(Primitive(
+    "argsort", ("x",), _argsort_infer, "_k.argsort(x, axis, descending)", differentiable=False, kind="other",
+    flops=lambda o, xs, at: int(np.prod(o.shape)) * max(1, int(np.log2(max(2, o.shape[at["axis"]])))),
+    doc="Stable argsort along `axis` (ties keep their order, also when descending)."))
+
+
+def argsort(x, axis=-1, descending=False):
+    """numpy.argsort (stable; `descending` as torch.argsort, ties in index order). Integer result,
+    no gradient."""
+    from gradir.ops.lifting import normalize_axes
+
+    x = lift(x)
+    if x.ndim == 0:
+        raise ShapeError("cannot sort a 0-d value", op="argsort", source=user_source())
+    (axis,) = normalize_axes(axis, x.ndim, "argsort")
+    return bind("argsort", x, axis=axis, descending=bool(descending))
+
+
+def _take_along(x, idx, axis):
+    """gather with indices known to be in range (an argsort's): no run-time check."""
+    flat, _ = _flat_positions(x, idx, axis, "gather", checked=False)
+    return bind("take", reshape(x, (-1,)), flat, axis=0)
+
+
+def sort(x, axis=-1, descending=False):
+    """numpy.sort / torch.sort(...).values: the gradient flows back to each element's position."""
+    x = lift(x)
+    idx = argsort(x, axis, descending)
+    return _take_along(x, idx, axis)
+
+
+def topk(x, k, axis=-1, largest=True):
+    """torch.topk: the k largest (or smallest) elements along `axis`, sorted, and their int64
+    indices, as (values, indices). Gradients flow to the selected elements."""
+    from gradir.ops.lifting import normalize_axes
+    from gradir.ops.shapes import slice_axis
+
+    x = lift(x)
+    if x.ndim == 0:
+        raise ShapeError("cannot take topk of a 0-d value", op="topk", source=user_source())
+    (axis,) = normalize_axes(axis, x.ndim, "topk")
+    k = int(k)
+    if not 0 <= k <= x.shape[axis]:
+        raise ShapeError(f"k={k} is out of range for an axis of size {x.shape[axis]}", op="topk", source=user_source())
+    idx = slice_axis(argsort(x, axis, descending=largest), axis, 0, k)
+    return _take_along(x, idx, axis), idx

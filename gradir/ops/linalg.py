@@ -83,3 +83,87 @@ def dot(a, b):
     return matmul(a, b)
 
 
+
+
+# -- einsum ------------------------------------------------------------------------------------------
+def _einsum_spec(subscripts: str, n: int):
+    from gradir.errors import UnsupportedOpError
+
+    spec = subscripts.replace(" ", "")
+    src = user_source()
+    if "." in spec:
+        raise UnsupportedOpError("ellipsis (...) subscripts are not supported", op="einsum", source=src)
+    lhs, arrow, out = spec.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != n:
+        raise ShapeError(f"{len(ins)} operand subscripts for {n} operands", op="einsum", source=src)
+    if not all(s.isalpha() for s in ins + [out] if s) or not 1 <= n <= 3:
+        raise UnsupportedOpError(f"supports 1 to 3 operands with letter subscripts, got {subscripts!r}", op="einsum",
+                                 source=src)
+    for s in ins + [out]:
+        if len(set(s)) != len(s):
+            raise UnsupportedOpError(f"repeated subscript in {s!r} (diagonals) is not supported", op="einsum", source=src)
+    if not arrow:  # implicit form: the letters seen once, in alphabetical order (as NumPy)
+        letters = "".join(ins)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if set(out) - set("".join(ins)):
+        raise ShapeError(f"output subscript {out!r} names a letter no operand has", op="einsum", source=src)
+    return ins, out
+
+
+def _einsum_sum_to(x, have: str, keep: str):
+    """Sum x (subscripts `have`) over the letters not in `keep`; return it and its subscripts."""
+    from gradir.ops.reductions import sum as sum_
+
+    drop = tuple(i for i, c in enumerate(have) if c not in keep)
+    if not drop:
+        return x, have
+    return sum_(x, drop), "".join(c for c in have if c in keep)
+
+
+def _einsum_pair(a, sa: str, b, sb: str, keep: str):
+    """Contract two operands, keeping the letters in `keep`: batch letters (in both, kept), letters of
+    one side only, and contracted ones (in both, not kept) become one batched matmul."""
+    from gradir.ops.shapes import transpose
+
+    a, sa = _einsum_sum_to(a, sa, keep + sb)
+    b, sb = _einsum_sum_to(b, sb, keep + sa)
+    size = dict(zip(sa, a.shape)) | dict(zip(sb, b.shape))
+    batch = [c for c in sa if c in sb and c in keep]
+    con = [c for c in sa if c in sb and c not in keep]
+    fa = [c for c in sa if c not in sb]
+    fb = [c for c in sb if c not in sa]
+    prod = math.prod
+    a = transpose(a, [sa.index(c) for c in batch + fa + con])
+    b = transpose(b, [sb.index(c) for c in batch + con + fb])
+    nb, m, k, n = prod(size[c] for c in batch), prod(size[c] for c in fa), prod(size[c] for c in con), \
+        prod(size[c] for c in fb)
+    if not con:  # no contraction: a broadcast product
+        out = reshape(a, (nb, m, 1)) * reshape(b, (nb, 1, n))
+    else:
+        out = matmul(reshape(a, (nb, m, k)), reshape(b, (nb, k, n)))
+    return reshape(out, [size[c] for c in batch + fa + fb]), "".join(batch + fa + fb)
+
+
+def einsum(subscripts, *operands):
+    """numpy.einsum for up to 3 operands with explicit (`'ij,jk->ik'`) or implicit subscripts,
+    each letter at most once per operand (no diagonals, no `...`); anything else raises
+    UnsupportedOpError. Lowered to sums, transposes, reshapes and batched matmuls (pairwise, left to
+    right), so the gradient is that of those ops."""
+    from gradir.ops.shapes import transpose
+
+    ins, out = _einsum_spec(subscripts, len(operands))
+    xs = lift_all(*operands, op="einsum")
+    size = {}
+    for s, x in zip(ins, xs):
+        if len(s) != x.ndim:
+            raise ShapeError(f"subscripts {s!r} for an operand of {x.ndim} dimensions", op="einsum",
+                             source=user_source())
+        for c, d in zip(s, x.shape):
+            if size.setdefault(c, d) != d:
+                raise ShapeError(f"letter {c!r} has sizes {size[c]} and {d}", op="einsum", source=user_source())
+    y, sy = _einsum_sum_to(xs[0], ins[0], out + "".join(ins[1:]))
+    for i in range(1, len(xs)):
+        y, sy = _einsum_pair(y, sy, xs[i], ins[i], out + "".join(ins[i + 1:]))
+    y, sy = _einsum_sum_to(y, sy, out)
+    return transpose(y, [sy.index(c) for c in out]) if y.ndim else y

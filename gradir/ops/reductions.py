@@ -6,7 +6,7 @@ import builtins
 import math
 
 from gradir import dtypes
-from gradir.errors import AxisError
+from gradir.errors import AxisError, ShapeError, UnsupportedOpError
 from gradir.ops.elementwise import _float_like, equal, exp, log, stop_gradient, where
 from gradir.ops.elementwise import abs as abs_
 from gradir.ops.lifting import astype, lift, normalize_axes
@@ -25,6 +25,10 @@ def _reduce_infer(name, out_dtype=None):
     def infer(x, axes, keepdims):
         if any(not 0 <= a < builtins.max(len(x.shape), 1) for a in axes):
             raise AxisError(f"axes {axes} out of range", op=name)
+        if name in ("max", "min") and any(x.shape[a] == 0 for a in axes):
+            # NumPy would fail only when the program runs; torch refuses too (no identity for max/min)
+            raise ShapeError(f"cannot reduce an empty axis (axes {axes} of shape {tuple(x.shape)}): {name} has no "
+                             "identity", op=name)
         return _reduced_shape(x.shape, axes, keepdims), (out_dtype(x.dtype) if out_dtype else x.dtype)
     return infer
 
@@ -87,7 +91,7 @@ def _reduce(name, x, axis, keepdims):
     x = lift(x)
     axes = normalize_axes(axis, x.ndim, name)
     if not axes:
-        return x if name != "sum" else astype(x, _sum_dtype(x.dtype))
+        return astype(x, _sum_dtype(x.dtype)) if name in ("sum", "prod") else x
     return bind(name, x, axes=axes, keepdims=bool(keepdims))
 
 
@@ -160,9 +164,101 @@ def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) computed stably by shifting by the (non-differentiated) max."""
     x = lift(x)
     axis = normalize_axes(axis, x.ndim, "logsumexp")
+    if any(x.shape[a] == 0 for a in axis):
+        return sum(x, axis, keepdims) - math.inf  # log(0) over an empty axis, as torch (the max has no value)
     m = max(x, axis, keepdims=True)
     # an infinite max would give inf - inf = nan; shifting by 0 there yields -inf / inf as torch does
     m = stop_gradient(where(abs_(m) == math.inf, 0.0, m))
     out = log(sum(exp(x - m), axis, keepdims=True)) + m
     return out if keepdims else squeeze(out, normalize_axes(axis, x.ndim, "logsumexp")) if x.ndim else out
 
+
+
+# -- prod ------------------------------------------------------------------------------------------
+def _prod_partial(x, axes):
+    """d prod / dx_i = the product of the other elements, right with zeros in x: with no zero it is
+    P / x_i; with one zero only that element's is nonzero (the product of the rest); with more, all
+    are 0. Written so that its own derivative is right too where at most one element is zero."""
+    zero = equal(x, 0)
+    nz = bind("sum", astype(zero, dtypes.int64), axes=axes, keepdims=True)
+    safe = where(zero, 1.0, x)
+    rest = bind("prod", safe, axes=axes, keepdims=True)  # the product of the nonzero elements
+    # with one zero x_k, a nonzero x_i's partial is x_k * rest / x_i: 0, but its derivative in x_k is not
+    x_zero = bind("sum", where(zero, x, 0.0), axes=axes, keepdims=True)
+    one = where(zero, rest, x_zero * rest / safe)
+    return where(equal(nz, 0), rest / safe, where(equal(nz, 1), one, 0.0))
+
+
+register(Primitive(
+    "prod", ("x",), _reduce_infer("prod", _sum_dtype), "np.prod(x, axis=axes, keepdims=keepdims)",
+    vjp=lambda g, o, x, axes, keepdims: [_expand_back(g, x.shape, axes, keepdims) * _prod_partial(x, axes)],
+    jvp=lambda ts, o, x, axes, keepdims: None if ts[0] is None else
+    bind("sum", ts[0] * _prod_partial(x, axes), axes=axes, keepdims=keepdims),
+    kind="reduction", doc="Product over `axes`."))
+
+
+def prod(x, axis=None, keepdims=False):
+    """numpy.prod; the gradient is exact with zeros in x (the product of the other elements)."""
+    return _reduce("prod", x, axis, keepdims)
+
+
+# -- cumsum ----------------------------------------------------------------------------------------
+def _cumsum_infer(x, axis, reverse):
+    if not 0 <= axis < len(x.shape):
+        raise AxisError(f"axis {axis} out of range for a {len(x.shape)}-d value", op="cumsum")
+    return tuple(x.shape), _sum_dtype(x.dtype)
+
+
+register(Primitive(
+    "cumsum", ("x",), _cumsum_infer, "_k.cumsum(x, axis, reverse)",
+    # linear; its adjoint sums from the other end
+    vjp=lambda g, o, x, axis, reverse: [bind("cumsum", g, axis=axis, reverse=not reverse)],
+    jvp=lambda ts, o, x, axis, reverse: None if ts[0] is None else bind("cumsum", ts[0], axis=axis, reverse=reverse),
+    kind="other", flops=lambda o, xs, at: math.prod(o.shape),
+    doc="Inclusive running sum along `axis` (from the end when `reverse`)."))
+
+
+def cumsum(x, axis=None):
+    """numpy.cumsum (over the flattened value when axis is None)."""
+    x = lift(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    if x.ndim == 0:
+        raise AxisError("cumsum of a 0-d value needs axis=None", op="cumsum", source=user_source())
+    (axis,) = normalize_axes(axis, x.ndim, "cumsum")
+    return bind("cumsum", x, axis=axis, reverse=False)
+
+
+# -- norm ------------------------------------------------------------------------------------------
+def _safe_root(s, p):
+    """s ** (1/p) whose derivative at s = 0 is 0, not inf (then 0 * inf = nan): torch's norms give a
+    zero gradient at x = 0. The root is taken of 1 there and the result replaced by 0."""
+    from gradir.ops.elementwise import sqrt
+
+    zero = equal(s, 0)
+    safe = where(zero, 1.0, s)
+    return where(zero, 0.0, sqrt(safe) if p == 2 else safe ** (1.0 / p))
+
+
+def norm(x, ord=2, axis=None, keepdims=False):
+    """Vector norm over `axis` (all axes when None), as torch.linalg.vector_norm: ord 2 (default),
+    1, inf, -inf, 0 (the count of nonzeros) or any other real p (sum(|x|**p)**(1/p)). The gradient
+    at x = 0 is 0 (as torch), not nan."""
+    x = lift(x)
+    if not dtypes.is_inexact(x.dtype):
+        x = astype(x, dtypes.float64)
+    axes = normalize_axes(axis, x.ndim, "norm")
+    if isinstance(ord, str) or not isinstance(ord, (int, float)) or ord != ord:
+        raise UnsupportedOpError(f"ord must be a real number or inf, got {ord!r}", op="norm", source=user_source())
+    a = abs_(x)
+    if ord == math.inf:
+        return max(a, axes, keepdims)
+    if ord == -math.inf:
+        return min(a, axes, keepdims)
+    if ord == 0:
+        return sum(stop_gradient(_float_like(a != 0, a)), axes, keepdims)
+    if ord == 1:
+        return sum(a, axes, keepdims)
+    if ord == 2:
+        return _safe_root(sum(a * a, axes, keepdims), 2)
+    return _safe_root(sum(a ** float(ord), axes, keepdims), ord)

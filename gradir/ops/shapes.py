@@ -273,3 +273,92 @@ def split(x, indices_or_sections, axis=0):
         points = [min(max(int(p) + n if p < 0 else int(p), 0), n) for p in indices_or_sections]
     bounds = [0] + points + [n]
     return [slice_axis(x, axis, a, max(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+# -- composites of the primitives above ------------------------------------------------------------
+def _triangle(name, x, k, lower):
+    from gradir.ops.elementwise import where
+
+    x = lift(x)
+    if x.ndim < 2:
+        raise ShapeError(f"needs a value of at least 2 dimensions, got {x.ndim}", op=name, source=user_source())
+    m, n = x.shape[-2:]
+    keep = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
+    return where(keep, x, 0)
+
+
+def tril(x, k=0):
+    """numpy.tril / torch.tril: zero the elements above the k-th diagonal of the last two axes."""
+    return _triangle("tril", x, int(k), True)
+
+
+def triu(x, k=0):
+    """numpy.triu / torch.triu: zero the elements below the k-th diagonal of the last two axes."""
+    return _triangle("triu", x, int(k), False)
+
+
+def roll(x, shift, axis=None):
+    """numpy.roll (torch.roll): elements shifted by `shift` along `axis` (ints or tuples of them),
+    wrapping around; over the flattened value when axis is None. Two slices and a concatenate."""
+    x = lift(x)
+    if axis is None:
+        return reshape(roll(reshape(x, (-1,)), shift, 0), x.shape)
+    shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if len(shifts) == 1 and len(axes) > 1:
+        shifts = shifts * len(axes)
+    if len(shifts) != len(axes):
+        raise ShapeError(f"{len(shifts)} shifts for {len(axes)} axes", op="roll", source=user_source())
+    for s, a in zip(shifts, axes):
+        (a,) = normalize_axes(a, x.ndim, "roll")
+        n = x.shape[a]
+        s = int(s) % n if n else 0
+        if s:
+            x = bind("concatenate", slice_axis(x, a, n - s, n), slice_axis(x, a, 0, n - s), axis=a)
+    return x
+
+
+def tile(x, reps):
+    """numpy.tile: x repeated `reps` times along each axis (reps are aligned to the trailing axes).
+    torch's `x.repeat(*sizes)` is this op. A reshape, a broadcast and a reshape."""
+    x = lift(x)
+    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"negative repetitions {reps}", op="tile", source=user_source())
+    nd = max(len(reps), x.ndim)
+    reps = (1,) * (nd - len(reps)) + reps
+    shape = (1,) * (nd - x.ndim) + tuple(x.shape)
+    y = reshape(x, [d for s in shape for d in (1, s)])
+    y = broadcast_to(y, [d for r, s in zip(reps, shape) for d in (r, s)])
+    return reshape(y, [r * s for r, s in zip(reps, shape)])
+
+
+def repeat(x, repeats, axis=None):
+    """numpy.repeat (torch.repeat_interleave): each element repeated `repeats` times along `axis`
+    (over the flattened value when None). An int repeats by reshape and broadcast; a list of counts
+    is a gather with constant indices. (torch's `Tensor.repeat` is gr.tile.)"""
+    x = lift(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    (axis,) = normalize_axes(axis, x.ndim, "repeat")
+    n = x.shape[axis]
+    if isinstance(repeats, (int, np.integer)):
+        r = int(repeats)
+        if r < 0:
+            raise ShapeError(f"negative repetitions {r}", op="repeat", source=user_source())
+        y = reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+        y = broadcast_to(y, x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
+        return reshape(y, x.shape[:axis] + (n * r,) + x.shape[axis + 1:])
+    counts = np.asarray(repeats)
+    if counts.shape not in ((n,), (1,)) or not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
+        raise ShapeError(f"repeats must be non-negative ints, one per element of an axis of size {n} (or one)",
+                         op="repeat", source=user_source())
+    from gradir.ops.indexing import take
+
+    return take(x, np.repeat(np.arange(n), np.broadcast_to(counts, (n,))), axis=axis)
+
+
+def outer(a, b):
+    """numpy.outer: a (flattened) as a column times b (flattened) as a row."""
+    a, b = lift_all(a, b, op="outer")
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
