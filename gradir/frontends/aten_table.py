@@ -1,0 +1,695 @@
+"""The one ATen -> gradir op table (DESIGN rule 8): ATen op name -> a small function over gradir ops.
+
+Keys are ATen names without the namespace: an overload (``"div.Tensor_mode"``) when it differs from
+its siblings, else the overload packet (``"add"`` covers add.Tensor and add.Scalar). Each function
+takes the node's arguments with FX nodes replaced by gradir values (NumPy arrays when evaluated
+eagerly, traced Values inside a trace) and returns a value, a list, or a `Multi` for ATen ops that
+return several tensors (native_layer_norm's out, mean, rstd) of which the graph may use only some.
+
+torch is not imported here: dtypes arrive as torch dtype objects and are read by name.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+import gradir as gr
+from gradir import dtypes
+from gradir import nn as gnn
+from gradir.errors import UnsupportedOpError
+from gradir.trace import user_source
+
+
+class Multi:
+    """Several results computed on demand: entry i is `thunks[i]()`, evaluated (once) when the graph
+    reads it, so an unused mean/rstd of native_layer_norm records no nodes."""
+
+    def __init__(self, *thunks):
+        self.thunks, self.done = thunks, {}
+
+    def __getitem__(self, i):
+        if i not in self.done:
+            self.done[i] = self.thunks[i]()
+        return self.done[i]
+
+
+class NeedsSeed:
+    """Marker base for table entries that draw random numbers: the interpreter passes `rng=`."""
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+_TORCH_DTYPES = {"float64": "float64", "double": "float64", "float32": "float32", "float": "float32",
+                 "float16": "float16", "half": "float16", "bfloat16": "bfloat16", "int64": "int64", "long": "int64",
+                 "int32": "int32", "int": "int32", "bool": "bool", "complex128": "complex128", "cdouble": "complex128"}
+
+
+def np_dtype(d):
+    """A torch dtype (or None) as the gradir/NumPy dtype of the same name."""
+    if d is None:
+        return None
+    name = str(d).replace("torch.", "")
+    if name not in _TORCH_DTYPES:
+        raise UnsupportedOpError(f"torch dtype {d} has no gradir dtype", op="dtype", source=user_source())
+    return dtypes.as_dtype(_TORCH_DTYPES[name])
+
+
+def _ndim(x):
+    return np.ndim(x)
+
+
+def _shape(x):
+    return tuple(np.shape(x))
+
+
+def _axes(dim, ndim):
+    """A torch `dim` argument (int, list, None or [] meaning all axes) as a gradir axis argument."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return None
+    return tuple(d % ndim if ndim else 0 for d in dim) if isinstance(dim, (list, tuple)) else dim % max(ndim, 1)
+
+
+def _cast(x, dtype):
+    return x if dtype is None else gr.astype(x, np_dtype(dtype))
+
+
+def _op(name, fallback):
+    """gr.<name> when the op library has it, else `fallback` (a composition of existing ops)."""
+    def call(*args, **kwargs):
+        fn = getattr(gr, name, None) or getattr(gnn, name, None)
+        return (fn or fallback)(*args, **kwargs)
+    call.__name__ = name
+    return call
+
+
+def _unsupported(op, why):
+    raise UnsupportedOpError(why, op=f"aten.{op}", source=user_source())
+
+
+# -- elementwise ----------------------------------------------------------------------------------
+
+
+def _add(x, y, alpha=1):
+    return gr.add(x, y if alpha == 1 else gr.multiply(y, alpha))
+
+
+def _sub(x, y, alpha=1):
+    return gr.subtract(x, y if alpha == 1 else gr.multiply(y, alpha))
+
+
+def _rsub(x, y, alpha=1):
+    return _sub(y, x, alpha)
+
+
+def _div_mode(x, y, rounding_mode=None):
+    if rounding_mode is None:
+        return gr.divide(x, y)
+    if rounding_mode == "floor":  # x - x mod y is an exact multiple of y (NumPy's remainder floors)
+        return gr.divide(gr.subtract(x, gr.remainder(x, y)), y)
+    _unsupported("div.Tensor_mode", f"rounding_mode={rounding_mode!r} has no mapping (floor and true division do)")
+
+
+def _clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
+    if min is not None:
+        x = gr.maximum(x, min)
+    if max is not None:
+        x = gr.minimum(x, max)
+    return x
+
+
+def _where(c, x, y):
+    return gr.where(c, x, y)
+
+
+def _pow(x, y):
+    return gr.power(x, y)
+
+
+def _softplus(x, beta=1, threshold=20):
+    z = gr.multiply(x, beta)
+    return gr.where(gr.greater(z, threshold), x, gr.divide(_log1p(gr.exp(z)), beta))
+
+
+def _log1p(x):
+    return _op("log1p", lambda v: gr.log(gr.add(v, 1.0)))(x)
+
+
+def _leaky_relu(x, slope=0.01):
+    return gr.where(gr.greater(x, 0), x, gr.multiply(x, slope))
+
+
+def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    neg = gr.multiply(gr.subtract(gr.exp(gr.multiply(x, input_scale)), 1.0), alpha)
+    return gr.multiply(gr.where(gr.greater(x, 0), x, neg), scale)
+
+
+def _hardtanh(x, lo=-1.0, hi=1.0):
+    return _clamp(x, lo, hi)
+
+
+ELEMENTWISE = {
+    "add": _add, "sub": _sub, "rsub": _rsub, "mul": gr.multiply, "div.Tensor": gr.divide, "div.Scalar": gr.divide,
+    "div.Tensor_mode": _div_mode, "div.Scalar_mode": _div_mode, "true_divide": gr.divide,
+    "neg": gr.negative, "exp": gr.exp, "log": gr.log, "tanh": gr.tanh, "sin": gr.sin, "cos": gr.cos,
+    "sqrt": gr.sqrt, "rsqrt": gr.rsqrt, "abs": gr.abs, "sign": gr.sign, "erf": gr.erf, "sigmoid": gr.sigmoid,
+    "relu": gr.relu, "reciprocal": lambda x: gr.divide(1.0, x), "square": gr.square,
+    "pow": _pow, "maximum": gr.maximum, "minimum": gr.minimum, "remainder": gr.remainder,
+    "clamp": _clamp, "clamp_min": lambda x, m: gr.maximum(x, m), "clamp_max": lambda x, m: gr.minimum(x, m),
+    "hardtanh": _hardtanh, "where": _where,
+    "eq": gr.equal, "ne": gr.not_equal, "lt": gr.less, "le": gr.less_equal, "gt": gr.greater, "ge": gr.greater_equal,
+    "logical_and": gr.logical_and, "logical_or": gr.logical_or, "logical_not": gr.logical_not,
+    "bitwise_not": gr.logical_not, "bitwise_and": gr.logical_and, "bitwise_or": gr.logical_or,
+    "isnan": lambda x: gr.not_equal(x, x), "isinf": lambda x: gr.equal(gr.abs(x), math.inf),
+    "gelu": lambda x, approximate="none": gnn.gelu(x, approximate),
+    "silu": _op("silu", lambda x: gr.multiply(x, gr.sigmoid(x))),
+    "softplus": _softplus, "leaky_relu": _leaky_relu, "elu": _elu,
+    "log1p": _log1p, "expm1": _op("expm1", lambda x: gr.subtract(gr.exp(x), 1.0)),
+    "log2": lambda x: gr.divide(gr.log(x), math.log(2.0)), "log10": lambda x: gr.divide(gr.log(x), math.log(10.0)),
+    "exp2": lambda x: gr.power(2.0, x),
+    "tan": _op("tan", lambda x: gr.divide(gr.sin(x), gr.cos(x))),
+    "floor": _op("floor", lambda x: gr.subtract(x, gr.remainder(x, 1.0))),
+    "ceil": _op("ceil", lambda x: gr.negative(gr.subtract(gr.negative(x), gr.remainder(gr.negative(x), 1.0)))),
+}
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    x = _cast(x, dtype)
+    if dtypes.as_dtype(x.dtype) == dtypes.bool_:  # torch sums booleans as int64
+        x = gr.astype(x, dtypes.int64)
+    return gr.sum(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+
+
+def _mean(x, dim=None, keepdim=False, dtype=None):
+    return gr.mean(_cast(x, dtype), _axes(dim, _ndim(x)), keepdims=keepdim)
+
+
+def _amax(x, dim=(), keepdim=False):
+    return gr.max(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+
+
+def _amin(x, dim=(), keepdim=False):
+    return gr.min(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+
+
+def _max_dim(x, dim, keepdim=False):
+    return Multi(lambda: _amax(x, [dim], keepdim), lambda: gr.argmax(x, dim % _ndim(x), keepdims=keepdim))
+
+
+def _min_dim(x, dim, keepdim=False):
+    return Multi(lambda: _amin(x, [dim], keepdim), lambda: gr.argmin(x, dim % _ndim(x), keepdims=keepdim))
+
+
+def _ddof(correction, unbiased=None):
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+def _var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return gr.var(x, _axes(dim, _ndim(x)), keepdims=keepdim, ddof=_ddof(correction, unbiased))
+
+
+def _std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return gr.sqrt(_var(x, dim, unbiased, keepdim, correction=correction))
+
+
+def _var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return Multi(lambda: _var(x, dim, unbiased, keepdim, correction=correction), lambda: _mean(x, dim, keepdim))
+
+
+def _any(x, dim=None, keepdim=False):
+    return gr.greater(gr.sum(gr.astype(x, dtypes.int64), _axes(dim, _ndim(x)), keepdims=keepdim), 0)
+
+
+def _all(x, dim=None, keepdim=False):
+    return gr.logical_not(_any(gr.logical_not(x), dim, keepdim))
+
+
+def _argmax(x, dim=None, keepdim=False):
+    return gr.argmax(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
+
+
+def _argmin(x, dim=None, keepdim=False):
+    return gr.argmin(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
+
+
+def _logsumexp(x, dim, keepdim=False):
+    return gr.logsumexp(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+
+
+REDUCTIONS = {
+    "sum": _sum, "mean": _mean, "amax": _amax, "amin": _amin, "max.dim": _max_dim, "min.dim": _min_dim,
+    "max.default": lambda x: gr.max(x), "min.default": lambda x: gr.min(x),
+    "max.other": gr.maximum, "min.other": gr.minimum,
+    "var": _var, "std": _std, "var_mean": _var_mean, "any": _any, "all": _all, "argmax": _argmax, "argmin": _argmin,
+    "logsumexp": _logsumexp,
+    "_softmax": lambda x, dim, half_to_float=False: gnn.softmax(x, dim),
+    "_log_softmax": lambda x, dim, half_to_float=False: gnn.log_softmax(x, dim),
+    "softmax": lambda x, dim, dtype=None: gnn.softmax(_cast(x, dtype), dim),
+    "log_softmax": lambda x, dim, dtype=None: gnn.log_softmax(_cast(x, dtype), dim),
+}
+
+
+# -- linear algebra -------------------------------------------------------------------------------
+
+
+def _addmm(bias, a, b, beta=1, alpha=1):
+    ab = gr.matmul(a, b)
+    return gr.add(gr.multiply(bias, beta) if beta != 1 else bias, gr.multiply(ab, alpha) if alpha != 1 else ab)
+
+
+LINALG = {
+    "mm": gr.matmul, "bmm": gr.matmul, "matmul": gr.matmul, "dot": gr.matmul, "addmm": _addmm, "baddbmm": _addmm,
+    "linear": lambda x, w, b=None: gnn.linear(x, w, b), "t": lambda x: gr.transpose(x),
+}
+
+
+# -- shapes ---------------------------------------------------------------------------------------
+
+
+def _expand(x, size, implicit=False):
+    shape = _shape(x)
+    lead = len(size) - len(shape)
+    out = tuple(shape[i - lead] if s == -1 else s for i, s in enumerate(size))
+    return x if out == shape else gr.broadcast_to(x, out)
+
+
+def _squeeze(x, dim=None):
+    if dim is None:
+        return gr.squeeze(x)
+    dims = [d % max(_ndim(x), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    keep = tuple(d for d in dims if _ndim(x) and _shape(x)[d] == 1)  # torch ignores non-1 dims
+    return gr.squeeze(x, keep) if keep else x
+
+
+def _unsqueeze(x, dim):
+    return gr.expand_dims(x, dim % (_ndim(x) + 1))
+
+
+def _permute(x, dims):
+    return gr.transpose(x, [d % _ndim(x) for d in dims])
+
+
+def _flatten(x, start=0, end=-1):
+    shape, n = _shape(x), max(_ndim(x), 1)
+    start, end = start % n, end % n
+    return gr.reshape(x, shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
+
+
+def _unflatten(x, dim, sizes):
+    shape = _shape(x)
+    dim %= len(shape)
+    return gr.reshape(x, shape[:dim] + tuple(sizes) + shape[dim + 1:])
+
+
+def _index(dim, ndim, i):
+    return (slice(None),) * (dim % ndim) + (i,)
+
+
+def _slice(x, dim=0, start=None, end=None, step=1):
+    return gr.getitem(x, _index(dim, _ndim(x), slice(start, end, step)))
+
+
+def _select(x, dim, index):
+    return gr.getitem(x, _index(dim, _ndim(x), index))
+
+
+def _split_points(x, sizes, dim):
+    return gr.split(x, list(np.cumsum(sizes)[:-1]), axis=dim % _ndim(x))
+
+
+def _split(x, split_size, dim=0):
+    n = _shape(x)[dim]
+    if isinstance(split_size, (list, tuple)):
+        return _split_points(x, split_size, dim)
+    return _split_points(x, [min(split_size, n - i) for i in range(0, n, split_size)], dim)
+
+
+def _chunk(x, chunks, dim=0):
+    return _split(x, -(-_shape(x)[dim] // chunks), dim)
+
+
+def _unbind(x, dim=0):
+    return [_select(x, dim, i) for i in range(_shape(x)[dim])]
+
+
+def _cat(xs, dim=0):
+    xs = [x for x in xs if _shape(x) != (0,)]  # torch skips legacy empty (0,) tensors
+    return gr.concatenate(xs, axis=dim % _ndim(xs[0]))
+
+
+def _stack(xs, dim=0):
+    return gr.stack(xs, axis=dim % (_ndim(xs[0]) + 1))
+
+
+def _index_tensor(x, indices):
+    for i in indices:
+        if i is not None and dtypes.as_dtype(i.dtype) == dtypes.bool_:
+            _unsupported("index.Tensor", "boolean-mask indexing has a data-dependent shape; write it with torch.where")
+    return gr.getitem(x, tuple(slice(None) if i is None else i for i in indices))
+
+
+def _gather(x, dim, index, sparse_grad=False):
+    """x[..., index, ...] along `dim` (take_along_axis): integer-array indexing with arange grids."""
+    nd = _ndim(x)
+    dim %= nd
+    shape = _shape(index)
+    grids = tuple(index if d == dim else np.arange(shape[d]).reshape([-1 if e == d else 1 for e in range(nd)])
+                  for d in range(nd))
+    return gr.getitem(x, grids)
+
+
+def _constant_pad(x, pad, value=0.0):
+    if any(p < 0 for p in pad):
+        _unsupported("constant_pad_nd", "negative padding (cropping) has no mapping; slice the tensor instead")
+    pairs = [(0, 0)] * (_ndim(x) - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
+    return gr.pad(x, pairs, constant_values=value)
+
+
+def _flip(x, dims):
+    idx = [slice(None)] * _ndim(x)
+    for d in dims:
+        idx[d % _ndim(x)] = slice(None, None, -1)
+    return gr.getitem(x, tuple(idx))
+
+
+def _tri(x, diagonal, lower):
+    """tril/triu as a where on a constant mask (exact: kept entries pass through unchanged)."""
+    shape = _shape(x)
+    mask = np.tri(shape[-2], shape[-1], diagonal, dtype=bool)
+    mask = mask if lower else ~np.tri(shape[-2], shape[-1], diagonal - 1, dtype=bool)
+    return gr.where(mask, x, 0)
+
+
+def _to_copy(x, dtype=None, **_layout):  # layout, device, pin_memory, memory_format: no meaning here
+    return _cast(x, dtype)
+
+
+def _identity(x, *_args, **_kwargs):
+    return x
+
+
+def _masked_fill(x, mask, value):
+    return gr.where(mask, gr.astype(value, x.dtype) if not isinstance(value, (int, float, bool)) else value, x)
+
+
+def _index_select(x, dim, index):
+    return gr.take(x, index, axis=dim % _ndim(x))
+
+
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    return gr.setitem(x, _index(dim, _ndim(x), slice(start, end, step)), src)
+
+
+def _select_scatter(x, src, dim, index):
+    return gr.setitem(x, _index(dim, _ndim(x), index), src)
+
+
+def _index_put(x, indices, values, accumulate=False):
+    if accumulate:
+        _unsupported("index_put", "accumulate=True has no mapping (scatter-add); use index_add")
+    return gr.setitem(x, tuple(slice(None) if i is None else i for i in indices), values)
+
+
+def _copy(dst, src, non_blocking=False):
+    return gr.broadcast_to(gr.astype(src, dst.dtype), _shape(dst))
+
+
+SHAPES = {
+    "view": lambda x, size: gr.reshape(x, tuple(size)), "_unsafe_view": lambda x, size: gr.reshape(x, tuple(size)),
+    "reshape": lambda x, size: gr.reshape(x, tuple(size)), "view_copy": lambda x, size: gr.reshape(x, tuple(size)),
+    "expand": _expand, "expand_copy": _expand, "permute": _permute, "permute_copy": _permute,
+    "transpose": lambda x, a, b: gr.swapaxes(x, a, b) if _ndim(x) else x,
+    "squeeze": _squeeze, "unsqueeze": _unsqueeze, "flatten": _flatten, "unflatten": _unflatten,
+    "slice": _slice, "select": _select, "split": _split, "split_with_sizes": _split, "chunk": _chunk,
+    "unbind": _unbind, "cat": _cat, "concat": _cat, "stack": _stack, "index": _index_tensor, "gather": _gather,
+    "index_select": _index_select, "constant_pad_nd": _constant_pad, "flip": _flip,
+    "tril": lambda x, diagonal=0: _tri(x, diagonal, True), "triu": lambda x, diagonal=0: _tri(x, diagonal, False),
+    "masked_fill": _masked_fill, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
+    "index_put": _index_put, "copy": _copy,
+    "clone": _identity, "contiguous": _identity, "alias": _identity, "lift_fresh_copy": _identity,
+    "_to_copy": _to_copy, "to": _to_copy, "detach": gr.stop_gradient,
+    "_assert_tensor_metadata": lambda *a, **k: None, "_assert_async": lambda *a, **k: None,
+    "sym_size": lambda x, dim: _shape(x)[dim], "sym_numel": lambda x: math.prod(_shape(x)),
+}
+
+
+# -- creation -------------------------------------------------------------------------------------
+
+
+def _full(size, value, dtype=None, **_layout):
+    dt = np_dtype(dtype) or dtypes.as_dtype(np.asarray(value).dtype)
+    return gr.full(tuple(size), value, dt)
+
+
+def _arange(*args, dtype=None, **_layout):
+    nums = [a for a in args if isinstance(a, (int, float))]
+    return gr.arange(*nums, dtype=np_dtype(dtype))
+
+
+def _full_like(x, value, dtype=None, **_layout):
+    return gr.full(_shape(x), value, np_dtype(dtype) or x.dtype)
+
+
+CREATION = {
+    "full": _full, "zeros": lambda size, dtype=None, **k: _full(size, 0.0, dtype),
+    "ones": lambda size, dtype=None, **k: _full(size, 1.0, dtype),
+    "empty": lambda size, dtype=None, **k: _full(size, 0.0, dtype),  # contents unspecified: zeros
+    "empty_strided": lambda size, stride, dtype=None, **k: _full(size, 0.0, dtype),
+    "scalar_tensor": lambda v, dtype=None, **k: _full((), v, dtype),
+    "arange": _arange, "full_like": _full_like,
+    "zeros_like": lambda x, dtype=None, **k: _full_like(x, 0, dtype),
+    "ones_like": lambda x, dtype=None, **k: _full_like(x, 1, dtype),
+    "empty_like": lambda x, dtype=None, **k: _full_like(x, 0, dtype),
+    "new_zeros": lambda x, size, dtype=None, **k: _full(size, 0, dtype or x.dtype),
+    "new_ones": lambda x, size, dtype=None, **k: _full(size, 1, dtype or x.dtype),
+    "new_empty": lambda x, size, dtype=None, **k: _full(size, 0, dtype or x.dtype),
+    "new_full": lambda x, size, v, dtype=None, **k: _full(size, v, dtype or x.dtype),
+    "fill": lambda x, v: _full_like(x, v),
+}
+
+
+# -- neural-network ops ---------------------------------------------------------------------------
+
+
+def _layer_norm_axes(x, normalized_shape):
+    return tuple(range(_ndim(x) - len(normalized_shape), _ndim(x)))
+
+
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = _layer_norm_axes(x, normalized_shape)
+
+    def rstd():
+        return gr.rsqrt(gr.add(gr.var(x, axes, keepdims=True), eps))
+    return Multi(lambda: gnn.layer_norm(x, weight, bias, eps, axis=axes),
+                 lambda: gr.mean(x, axes, keepdims=True), rstd)
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    return gnn.layer_norm(x, weight, bias, eps, axis=_layer_norm_axes(x, normalized_shape))
+
+
+def _channel(v, ndim):
+    return gr.reshape(v, (1, -1) + (1,) * (ndim - 2))
+
+
+def _bn_eval(x, weight, bias, mean, var, eps):
+    y = gr.multiply(gr.subtract(x, _channel(mean, _ndim(x))), _channel(gr.rsqrt(gr.add(var, eps)), _ndim(x)))
+    if weight is not None:
+        y = gr.multiply(y, _channel(weight, _ndim(x)))
+    return y if bias is None else gr.add(y, _channel(bias, _ndim(x)))
+
+
+def _bn_train(x, weight, bias, running_mean, running_var, momentum, eps):
+    """(out, batch mean, batch invstd, new running mean, new running var), as torch's functional op:
+    running stats move by `momentum` toward the batch mean and the unbiased batch variance."""
+    n = math.prod(_shape(x)) // _shape(x)[1]
+
+    def stats():
+        return gnn.batch_norm_stats(gr.stop_gradient(x))
+
+    def running(i, old, scale):
+        return lambda: gr.add(gr.multiply(old, 1.0 - momentum), gr.multiply(stats()[i], momentum * scale))
+    return Multi(lambda: gnn.batch_norm(x, weight, bias, eps),
+                 lambda: gnn.batch_norm_stats(x)[0], lambda: gr.rsqrt(gr.add(gnn.batch_norm_stats(x)[1], eps)),
+                 running(0, running_mean, 1.0), running(1, running_var, n / max(n - 1, 1)))
+
+
+def _bn_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training:
+        return _bn_train(x, weight, bias, running_mean, running_var, momentum, eps)
+    return Multi(lambda: _bn_eval(x, weight, bias, running_mean, running_var, eps), lambda: running_mean,
+                 lambda: running_var, lambda: running_mean, lambda: running_var)
+
+
+def _bn_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    return Multi(lambda: _bn_eval(x, weight, bias, running_mean, running_var, eps), lambda: running_mean,
+                 lambda: running_var)
+
+
+def _bn_no_stats(x, weight, bias, training, momentum, eps):
+    return Multi(lambda: gnn.batch_norm(x, weight, bias, eps), lambda: gnn.batch_norm_stats(x)[0],
+                 lambda: gr.rsqrt(gr.add(gnn.batch_norm_stats(x)[1], eps)))
+
+
+def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
+    if training:
+        return gnn.batch_norm(x, weight, bias, eps)
+    return _bn_eval(x, weight, bias, running_mean, running_var, eps)
+
+
+def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        fn = getattr(gnn, "conv_transpose2d", None)
+        if fn is None or _ndim(x) != 4 or groups != 1:
+            _unsupported("convolution", "transposed convolution has no gradir op yet (gr.nn.conv_transpose2d)")
+        return fn(x, w, b, stride=tuple(stride), padding=tuple(padding), output_padding=tuple(output_padding),
+                  dilation=tuple(dilation))
+    if _ndim(x) == 3:  # conv1d as conv2d over a height-1 image
+        y = _conv(gr.expand_dims(x, 2), gr.expand_dims(w, 2), b, [1, *stride], [0, *padding], [1, *dilation],
+                  False, output_padding, groups)
+        return gr.squeeze(y, 2)
+    if _ndim(x) != 4:
+        _unsupported("convolution", f"{_ndim(x) - 2}-d convolution has no mapping (1-d and 2-d do)")
+    if groups == 1:
+        return gnn.conv2d(x, w, b, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation))
+    xs = gr.split(x, groups, axis=1)  # grouped: one conv2d per group, outputs joined on channels
+    ws = gr.split(w, groups, axis=0)
+    bs = gr.split(b, groups, axis=0) if b is not None else [None] * groups
+    return gr.concatenate([gnn.conv2d(xi, wi, bi, stride=tuple(stride), padding=tuple(padding),
+                                      dilation=tuple(dilation)) for xi, wi, bi in zip(xs, ws, bs)], axis=1)
+
+
+def _pool_check(op, dilation, ceil_mode):
+    if any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation])) or ceil_mode:
+        _unsupported(op, "dilation != 1 and ceil_mode=True have no mapping")
+
+
+def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    _pool_check("max_pool2d_with_indices", dilation, ceil_mode)
+
+    def indices():
+        _unsupported("max_pool2d_with_indices", "the indices output has no mapping (the pooled values do)")
+    return Multi(lambda: gnn.max_pool2d(x, tuple(kernel_size), tuple(stride) or None, padding), indices)
+
+
+def _max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    _pool_check("avg_pool2d", 1, ceil_mode)
+    if (not count_include_pad and any(np.atleast_1d(padding))) or divisor_override is not None:
+        _unsupported("avg_pool2d", "count_include_pad=False with padding, and divisor_override, have no mapping")
+    return gnn.avg_pool2d(x, tuple(kernel_size), tuple(stride) or None, padding)
+
+
+def _adaptive_avg_pool2d(x, output_size):
+    """Divisible case as a reshape + mean (each output cell averages an equal block)."""
+    fn = getattr(gnn, "adaptive_avg_pool2d", None)
+    if fn is not None:
+        return fn(x, tuple(output_size))
+    n, c, h, w = _shape(x)
+    oh, ow = output_size
+    if h % oh or w % ow:
+        _unsupported("_adaptive_avg_pool2d", f"input {h}x{w} is not divisible by output {oh}x{ow}")
+    return gr.mean(gr.reshape(x, (n, c, oh, h // oh, ow, w // ow)), (3, 5))
+
+
+def _nll(logp, target, weight, reduction, ignore_index):
+    """nll_loss over (N, C) or (C,) log-probabilities: -logp[i, target[i]] weighted, ignored rows zero."""
+    if _ndim(logp) == 1:
+        logp, target = gr.expand_dims(logp, 0), gr.expand_dims(target, 0)
+    keep = gr.not_equal(target, ignore_index)
+    safe = gr.where(keep, target, 0)
+    picked = gr.negative(_gather(logp, 1, gr.expand_dims(safe, 1)))
+    picked = gr.squeeze(picked, 1)
+    w = gr.astype(keep, logp.dtype)
+    if weight is not None:
+        w = gr.multiply(w, gr.take(weight, safe, axis=0))
+    losses = gr.multiply(picked, w)
+    total = gr.sum(w)
+    if reduction == 0:
+        return losses, total
+    s = gr.sum(losses)
+    return (gr.divide(s, total) if reduction == 1 else s), total
+
+
+def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
+    out = {}
+
+    def get(i):
+        if not out:
+            out["v"] = _nll(logp, target, weight, reduction, ignore_index)
+        return out["v"][i]
+    return Multi(lambda: get(0), lambda: get(1))
+
+
+def _cross_entropy(x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    if weight is not None or label_smoothing or _ndim(x) != 2 or dtypes.is_float(target.dtype):
+        return _unsupported("cross_entropy_loss", "only class-index targets on (N, C) logits without weight or "
+                            "label_smoothing map to gr.nn.cross_entropy")
+    return gnn.cross_entropy(x, target, ("none", "mean", "sum")[reduction], ignore_index)
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if dropout_p:
+        _unsupported("scaled_dot_product_attention", "dropout_p > 0 has no mapping")
+    fn = getattr(gnn, "scaled_dot_product_attention", None)
+    if fn is not None:
+        return fn(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+    s = gr.multiply(gr.matmul(q, gr.swapaxes(k, -1, -2)), scale or 1.0 / math.sqrt(_shape(q)[-1]))
+    lq, lk = _shape(q)[-2], _shape(k)[-2]
+    if is_causal:
+        s = gr.where(np.tri(lq, lk, dtype=bool), s, -math.inf)
+    if attn_mask is not None:
+        s = gr.where(attn_mask, s, -math.inf) if dtypes.as_dtype(attn_mask.dtype) == dtypes.bool_ else gr.add(s, attn_mask)
+    return gr.matmul(gnn.softmax(s, -1), v)
+
+
+class _Dropout(NeedsSeed):
+    """native_dropout(x, p, train) -> (out, mask): the mask from the call's seed (explicit, never hidden)."""
+
+    def __call__(self, x, p, train=True, *, rng):
+        if not train or p == 0:
+            return Multi(lambda: x, lambda: gr.full(_shape(x), True, dtypes.bool_))
+        keep = rng(x).random(_shape(x)) >= p
+        scale = (keep / (1.0 - p)) if p < 1 else np.zeros(_shape(x))
+        return Multi(lambda: gr.multiply(x, scale.astype(x.dtype)), lambda: keep)
+
+
+class _PlainDropout(_Dropout):
+    def __call__(self, x, p, train=True, *, rng):
+        return super().__call__(x, p, train, rng=rng)[0]
+
+
+NN = {
+    "native_layer_norm": _native_layer_norm, "layer_norm": _layer_norm,
+    "_native_batch_norm_legit_functional": _bn_functional, "_native_batch_norm_legit_no_training": _bn_no_training,
+    "_native_batch_norm_legit.no_stats": _bn_no_stats, "_native_batch_norm_legit.default": _bn_functional,
+    "native_batch_norm": _bn_functional, "batch_norm": _batch_norm,
+    "convolution": _conv, "conv2d": lambda x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1:
+        _conv(x, w, b, stride, padding, dilation, False, (0, 0), groups),
+    "max_pool2d_with_indices": _max_pool2d_with_indices, "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
+    "_adaptive_avg_pool2d": _adaptive_avg_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "embedding": lambda w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False: gnn.embedding(w, idx),
+    "nll_loss_forward": _nll_loss_forward, "cross_entropy_loss": _cross_entropy,
+    "scaled_dot_product_attention": _sdpa,
+    "native_dropout": _Dropout(), "dropout": _PlainDropout(),
+}
+
+OPERATORS = {"getitem": operator.getitem}
+
+TABLE: dict = {**ELEMENTWISE, **REDUCTIONS, **LINALG, **SHAPES, **CREATION, **NN}
+"""ATen name (overload or packet, without "aten.") -> function over gradir ops."""
+
+
+def lookup(name: str, overload: str):
+    """The table entry for aten `name`.`overload` (the overload's own entry first), or None."""
+    return TABLE.get(f"{name}.{overload}") or TABLE.get(name)
