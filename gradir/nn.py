@@ -854,17 +854,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         k, v = repeat_heads(k), repeat_heads(v)
     e, (lq, s) = q.shape[-1], (q.shape[-2], k.shape[-2])
     scores = matmul(q, swapaxes(k, -1, -2)) * (1.0 / math.sqrt(e) if scale is None else float(scale))
-    fully_masked = False
-    if is_causal:
+    if is_causal:  # top-left aligned: every query keeps key 0, so no row is fully masked
         scores = where(greater_equal(expand_dims(arange(lq), 1), expand_dims(arange(s), 0)), scores, -math.inf)
     elif attn_mask is not None:
         mask = lift(attn_mask)
-        if mask.dtype == dtypes.bool_:
-            scores = where(mask, scores, -math.inf)
-        else:
-            scores = scores + mask
-        fully_masked = True  # a mask may hide a whole row
-    if fully_masked:  # softmax that maps an all -inf row to zeros instead of 0/0
+        scores = where(mask, scores, -math.inf) if mask.dtype == dtypes.bool_ else scores + mask
+    if attn_mask is not None:  # a mask may hide a whole row: softmax that maps an all -inf row to zeros, not 0/0
         m = stop_gradient(max(scores, -1, keepdims=True))
         ex = exp(scores - where(equal(m, -math.inf), 0.0, m))
         total = sum(ex, -1, keepdims=True)
