@@ -513,3 +513,22 @@ def test_tril_triu_partition_the_matrix(m, n, k):
     x = np.arange(1.0, m * n + 1).reshape(m, n)
     np.testing.assert_array_equal(gr.tril(x, k), torch.tril(torch.from_numpy(x), k).numpy())
     np.testing.assert_array_equal(gr.triu(x, k), torch.triu(torch.from_numpy(x), k).numpy())
+
+
+def test_eager_tensors_and_float32(rng):
+    x = _normal(2, 3)
+
+    def f(t):
+        return (gr.prod(t, axis=1).sum() + gr.gather(t, 1, np.array([[0], [2]])).sum() + gr.sort(t, axis=1)[:, 0].sum()
+                + gr.clip(t, -0.5, 2.0).sum() + gr.cumsum(t, 1).sum() + gr.norm(t) + gr.einsum("ij,kj->ik", t, t).sum())
+
+    t = gr.Tensor(x, requires_grad=True)
+    f(t).backward()
+    tt = _leaf(x)
+    (tt.prod(1).sum() + torch.gather(tt, 1, torch.tensor([[0], [2]])).sum() + torch.sort(tt, 1).values[:, 0].sum()
+     + torch.clamp(tt, -0.5, 2.0).sum() + torch.cumsum(tt, 1).sum() + torch.linalg.vector_norm(tt)
+     + torch.einsum("ij,kj->ik", tt, tt).sum()).backward()
+    assert_close(t.grad.numpy() if hasattr(t.grad, "numpy") else np.asarray(t.grad), tt.grad.numpy())
+    x32 = x.astype(np.float32)  # Python-scalar bounds are weakly typed: float32 stays float32
+    for out in (gr.clip(x32, 0.0, 1.0), gr.prod(x32), gr.norm(x32), gr.cumsum(x32), gr.log1p(np.abs(x32)), gr.tan(x32)):
+        assert out.dtype == np.float32
