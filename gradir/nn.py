@@ -650,15 +650,33 @@ def _conv(op, x, weight, stride, padding, dilation, groups):
     return reshape(y, (n, o, oh, ow))
 
 
+def _string_padding(op, x, padding, kernel, stride, dilation):
+    """torch's padding="valid" (none) or "same" (output as large as the input; stride 1; an odd total
+    pads one more at the end, as torch) for batched NCHW x; other paddings pass through."""
+    if not isinstance(padding, str):
+        return x, padding
+    _choice(op, "padding", padding, ("valid", "same"))
+    if padding == "valid":
+        return x, 0
+    if any(si != 1 for si in stride):
+        raise ShapeError(f"padding='same' needs stride 1, got stride {stride}", op=op, source=user_source())
+    totals = [di * (ki - 1) for di, ki in zip(dilation, kernel)]
+    if all(t % 2 == 0 for t in totals):
+        return x, tuple(t // 2 for t in totals)
+    return pad(x, ((0, 0), (0, 0), *((t // 2, t - t // 2) for t in totals))), 0
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation (torch.nn.functional.conv2d) of x (N, C, H, W) or (C, H, W) with weight
     (O, C/groups, kh, kw): im2col (`unfold`) then a batched matmul. Output (N, O, OH, OW) with
-    OH = floor((H + 2p - d(kh-1) - 1)/s) + 1."""
+    OH = floor((H + 2p - d(kh-1) - 1)/s) + 1; padding may also be "valid" or "same"."""
     x, weight = lift_all(x, weight, op="conv2d")
     if weight.ndim != 4:
         raise ShapeError(f"needs weight (O, C/groups, kh, kw), got shape {tuple(weight.shape)}", op="conv2d",
                          source=user_source())
     x, unbatched = _batched("conv2d", x, 4)
+    stride, dilation = pair(stride, "stride", "conv2d", 1), pair(dilation, "dilation", "conv2d", 1)
+    x, padding = _string_padding("conv2d", x, padding, weight.shape[2:], stride, dilation)
     y = _add_bias("conv2d", _conv("conv2d", x, weight, stride, padding, dilation, groups), bias)
     return reshape(y, y.shape[1:]) if unbatched else y
 
@@ -673,16 +691,20 @@ def _single(v, what, op, minimum=0):
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D cross-correlation (torch.nn.functional.conv1d) of x (N, C, L) or (C, L) with weight
-    (O, C/groups, k): conv2d over a height-1 image. Output (N, O, OL), OL = floor((L + 2p - d(k-1) - 1)/s) + 1."""
+    (O, C/groups, k): conv2d over a height-1 image. Output (N, O, OL), OL = floor((L + 2p - d(k-1) - 1)/s) + 1;
+    padding may also be "valid" or "same"."""
     x, weight = lift_all(x, weight, op="conv1d")
     if weight.ndim != 3:
         raise ShapeError(f"needs weight (O, C/groups, k), got shape {tuple(weight.shape)}", op="conv1d",
                          source=user_source())
     x, unbatched = _batched("conv1d", x, 3)
-    s, p = _single(stride, "stride", "conv1d", 1), _single(padding, "padding", "conv1d")
-    d = _single(dilation, "dilation", "conv1d", 1)
-    y = _conv("conv1d", reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])), reshape(weight, (*weight.shape[:2], 1, -1)),
-              (1, s), (0, p), (1, d), groups)
+    s, d = _single(stride, "stride", "conv1d", 1), _single(dilation, "dilation", "conv1d", 1)
+    x4 = reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+    if isinstance(padding, str):
+        x4, p = _string_padding("conv1d", x4, padding, (1, weight.shape[2]), (1, s), (1, d))
+    else:
+        p = (0, _single(padding, "padding", "conv1d"))
+    y = _conv("conv1d", x4, reshape(weight, (*weight.shape[:2], 1, -1)), (1, s), p, (1, d), groups)
     y = _add_bias("conv1d", y, bias)
     y = reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
     return reshape(y, y.shape[1:]) if unbatched else y

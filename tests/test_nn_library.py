@@ -306,9 +306,13 @@ CONV1D_CASES = [  # x shape, weight shape, stride, padding, dilation, groups, bi
     ((1, 2, 11), (3, 2, 3), (3,), (2,), 2, 1, True),
     ((2, 4, 8), (6, 2, 3), 1, 1, 1, 2, True),
     ((3, 7), (2, 3, 3), 1, 1, 1, 1, True),            # unbatched
+    ((2, 3, 9), (4, 3, 4), 1, "same", 1, 1, True),    # odd total padding: one more at the end
+    ((2, 3, 9), (4, 3, 3), 1, "same", 2, 1, False),
+    ((2, 3, 9), (4, 3, 3), 2, "valid", 1, 1, False),
 ]
 
 
+@pytest.mark.filterwarnings("ignore:Using padding=.same. with even kernel")  # torch copies the input; we pad too
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups,bias", CONV1D_CASES)
 def test_conv1d(xs, ws, stride, padding, dilation, groups, bias):
     r = rng(11)
@@ -321,9 +325,13 @@ CONV2D_GROUP_CASES = [  # x shape, weight shape, stride, padding, groups
     ((2, 4, 6, 5), (6, 2, 3, 3), 1, 1, 2),
     ((1, 6, 7, 7), (6, 1, 3, 2), 2, (1, 0), 6),       # depthwise
     ((6, 6, 5), (3, 2, 2, 2), 1, 0, 3),               # unbatched
+    ((1, 2, 6, 5), (3, 2, 2, 3), 1, "same", 1),
+    ((1, 2, 6, 5), (4, 1, 3, 4), 1, "same", 2),
+    ((1, 2, 6, 5), (3, 2, 3, 2), 2, "valid", 1),
 ]
 
 
+@pytest.mark.filterwarnings("ignore:Using padding=.same. with even kernel")  # torch copies the input; we pad too
 @pytest.mark.parametrize("xs,ws,stride,padding,groups", CONV2D_GROUP_CASES)
 def test_conv2d_groups(xs, ws, stride, padding, groups):
     r = rng(12)
@@ -524,6 +532,8 @@ def test_softmax_empty(shape, fn, tfn):
      "output_padding"),
     (lambda: nn.adaptive_avg_pool2d(np.zeros((1, 2, 3, 3)), (0, 2)), ShapeError, "adaptive_avg_pool2d"),
     (lambda: nn.hardtanh(np.zeros(3), 1.0, -1.0), UnsupportedOpError, "hardtanh"),
+    (lambda: nn.conv2d(np.zeros((1, 2, 5, 5)), np.zeros((3, 2, 3, 3)), stride=2, padding="same"), ShapeError, "stride 1"),
+    (lambda: nn.conv1d(np.zeros((1, 2, 5)), np.zeros((3, 2, 3)), padding="full"), UnsupportedOpError, "conv1d"),
 ])
 def test_errors_name_op_and_line(call, err, match):
     with pytest.raises(err, match=match) as e:
