@@ -22,5 +22,5 @@ __version__ = "0.1.0"
 display.install()  # _repr_svg_/_repr_html_ for notebooks
 
 __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "clear_caches", "compile",
-           "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "from_torch", "grad", "int32", "int64",
-           "jvp", "no_grad", "scope", "trace", "trace_grad", "value_and_grad", "vjp", *_ops_all]
+           "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "from_torch", "grad", "int32",
+           "int64", "jvp", "no_grad", "scope", "trace", "trace_grad", "value_and_grad", "vjp", *_ops_all]
