@@ -76,15 +76,6 @@ def _cast(x, dtype):
     return x if dtype is None else gr.astype(x, np_dtype(dtype))
 
 
-def _op(name, fallback):
-    """gr.<name> when the op library has it, else `fallback` (a composition of existing ops)."""
-    def call(*args, **kwargs):
-        fn = getattr(gr, name, None) or getattr(gnn, name, None)
-        return (fn or fallback)(*args, **kwargs)
-    call.__name__ = name
-    return call
-
-
 def _unsupported(op, why):
     raise UnsupportedOpError(why, op=f"aten.{op}", source=user_source())
 
@@ -107,17 +98,12 @@ def _rsub(x, y, alpha=1):
 def _div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
         return gr.divide(x, y)
-    if rounding_mode == "floor":  # x - x mod y is an exact multiple of y (NumPy's remainder floors)
-        return gr.divide(gr.subtract(x, gr.remainder(x, y)), y)
-    _unsupported("div.Tensor_mode", f"rounding_mode={rounding_mode!r} has no mapping (floor and true division do)")
+    q = gr.divide(x, y)
+    return gr.floor(q) if rounding_mode == "floor" else _trunc(q)
 
 
 def _clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
-    if min is not None:
-        x = gr.maximum(x, min)
-    if max is not None:
-        x = gr.minimum(x, max)
-    return x
+    return gr.clip(x, min, max)
 
 
 def _where(c, x, y):
@@ -128,26 +114,15 @@ def _pow(x, y):
     return gr.power(x, y)
 
 
-def _softplus(x, beta=1, threshold=20):
-    z = gr.multiply(x, beta)
-    return gr.where(gr.greater(z, threshold), x, gr.divide(_log1p(gr.exp(z)), beta))
-
-
-def _log1p(x):
-    return _op("log1p", lambda v: gr.log(gr.add(v, 1.0)))(x)
-
-
-def _leaky_relu(x, slope=0.01):
-    return gr.where(gr.greater(x, 0), x, gr.multiply(x, slope))
-
-
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
-    neg = gr.multiply(gr.subtract(gr.exp(gr.multiply(x, input_scale)), 1.0), alpha)
+    if scale == 1 and input_scale == 1:
+        return gnn.elu(x, alpha)
+    neg = gr.multiply(gr.expm1(gr.multiply(x, input_scale)), alpha)  # selu/celu's scaled forms
     return gr.multiply(gr.where(gr.greater(x, 0), x, neg), scale)
 
 
-def _hardtanh(x, lo=-1.0, hi=1.0):
-    return _clamp(x, lo, hi)
+def _trunc(x):
+    return gr.where(gr.less(x, 0), gr.ceil(x), gr.floor(x))
 
 
 ELEMENTWISE = {
@@ -158,20 +133,17 @@ ELEMENTWISE = {
     "relu": gr.relu, "reciprocal": lambda x: gr.divide(1.0, x), "square": gr.square,
     "pow": _pow, "maximum": gr.maximum, "minimum": gr.minimum, "remainder": gr.remainder,
     "clamp": _clamp, "clamp_min": lambda x, m: gr.maximum(x, m), "clamp_max": lambda x, m: gr.minimum(x, m),
-    "hardtanh": _hardtanh, "where": _where,
+    "hardtanh": lambda x, lo=-1.0, hi=1.0: gnn.hardtanh(x, lo, hi), "where": _where,
     "eq": gr.equal, "ne": gr.not_equal, "lt": gr.less, "le": gr.less_equal, "gt": gr.greater, "ge": gr.greater_equal,
     "logical_and": gr.logical_and, "logical_or": gr.logical_or, "logical_not": gr.logical_not,
     "bitwise_not": gr.logical_not, "bitwise_and": gr.logical_and, "bitwise_or": gr.logical_or,
     "isnan": lambda x: gr.not_equal(x, x), "isinf": lambda x: gr.equal(gr.abs(x), math.inf),
     "gelu": lambda x, approximate="none": gnn.gelu(x, approximate),
-    "silu": _op("silu", lambda x: gr.multiply(x, gr.sigmoid(x))),
-    "softplus": _softplus, "leaky_relu": _leaky_relu, "elu": _elu,
-    "log1p": _log1p, "expm1": _op("expm1", lambda x: gr.subtract(gr.exp(x), 1.0)),
+    "silu": gnn.silu, "softplus": gnn.softplus, "leaky_relu": gnn.leaky_relu, "elu": _elu,
+    "log1p": gr.log1p, "expm1": gr.expm1, "tan": gr.tan, "floor": gr.floor, "ceil": gr.ceil, "trunc": _trunc,
+    "round": lambda x, decimals=0: gr.round(x, decimals),
     "log2": lambda x: gr.divide(gr.log(x), math.log(2.0)), "log10": lambda x: gr.divide(gr.log(x), math.log(10.0)),
     "exp2": lambda x: gr.power(2.0, x),
-    "tan": _op("tan", lambda x: gr.divide(gr.sin(x), gr.cos(x))),
-    "floor": _op("floor", lambda x: gr.subtract(x, gr.remainder(x, 1.0))),
-    "ceil": _op("ceil", lambda x: gr.negative(gr.subtract(gr.negative(x), gr.remainder(gr.negative(x), 1.0)))),
 }
 
 
@@ -239,6 +211,28 @@ def _argmin(x, dim=None, keepdim=False):
     return gr.argmin(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
 
 
+def _prod(x, dim=None, keepdim=False, dtype=None):
+    return gr.prod(_cast(x, dtype), None if dim is None else dim % _ndim(x), keepdims=keepdim)
+
+
+def _norm(x, ord=2, dim=None, keepdim=False, dtype=None):  # noqa: A002 - torch's argument name
+    return gr.norm(_cast(x, dtype), ord, _axes(dim, _ndim(x)), keepdims=keepdim)
+
+
+def _sort(x, dim=-1, descending=False, stable=False):
+    return Multi(lambda: gr.sort(x, dim, descending=descending), lambda: gr.argsort(x, dim, descending=descending))
+
+
+def _topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's argument name
+    out = {}
+
+    def get(i):
+        if not out:
+            out["v"] = gr.topk(x, k, dim, largest=largest)
+        return out["v"][i]
+    return Multi(lambda: get(0), lambda: get(1))
+
+
 def _logsumexp(x, dim, keepdim=False):
     return gr.logsumexp(x, _axes(dim, _ndim(x)), keepdims=keepdim)
 
@@ -248,7 +242,9 @@ REDUCTIONS = {
     "max.default": lambda x: gr.max(x), "min.default": lambda x: gr.min(x),
     "max.other": gr.maximum, "min.other": gr.minimum,
     "var": _var, "std": _std, "var_mean": _var_mean, "any": _any, "all": _all, "argmax": _argmax, "argmin": _argmin,
-    "logsumexp": _logsumexp,
+    "logsumexp": _logsumexp, "prod": _prod, "linalg_vector_norm": _norm, "norm": _norm,
+    "cumsum": lambda x, dim, dtype=None: gr.cumsum(_cast(x, dtype), dim % max(_ndim(x), 1)),
+    "sort": _sort, "topk": _topk,
     "_softmax": lambda x, dim, half_to_float=False: gnn.softmax(x, dim),
     "_log_softmax": lambda x, dim, half_to_float=False: gnn.log_softmax(x, dim),
     "softmax": lambda x, dim, dtype=None: gnn.softmax(_cast(x, dtype), dim),
@@ -267,6 +263,7 @@ def _addmm(bias, a, b, beta=1, alpha=1):
 LINALG = {
     "mm": gr.matmul, "bmm": gr.matmul, "matmul": gr.matmul, "dot": gr.matmul, "addmm": _addmm, "baddbmm": _addmm,
     "linear": lambda x, w, b=None: gnn.linear(x, w, b), "t": lambda x: gr.transpose(x),
+    "einsum": lambda eq, xs, path=None: gr.einsum(eq, *xs), "outer": gr.outer,
 }
 
 
@@ -356,13 +353,13 @@ def _index_tensor(x, indices):
 
 
 def _gather(x, dim, index, sparse_grad=False):
-    """x[..., index, ...] along `dim` (take_along_axis): integer-array indexing with arange grids."""
-    nd = _ndim(x)
-    dim %= nd
-    shape = _shape(index)
-    grids = tuple(index if d == dim else np.arange(shape[d]).reshape([-1 if e == d else 1 for e in range(nd)])
-                  for d in range(nd))
-    return gr.getitem(x, grids)
+    return gr.gather(x, dim % max(_ndim(x), 1), index)
+
+
+def _scatter(x, dim, index, src=None, value=None, reduce=None):
+    if reduce is not None:
+        _unsupported("scatter", f"reduce={reduce!r} has no mapping (scatter and scatter_add do)")
+    return gr.scatter(x, dim % max(_ndim(x), 1), index, src if src is not None else value)
 
 
 def _constant_pad(x, pad, value=0.0):
@@ -379,24 +376,12 @@ def _flip(x, dims):
     return gr.getitem(x, tuple(idx))
 
 
-def _tri(x, diagonal, lower):
-    """tril/triu as a where on a constant mask (exact: kept entries pass through unchanged)."""
-    shape = _shape(x)
-    mask = np.tri(shape[-2], shape[-1], diagonal, dtype=bool)
-    mask = mask if lower else ~np.tri(shape[-2], shape[-1], diagonal - 1, dtype=bool)
-    return gr.where(mask, x, 0)
-
-
 def _to_copy(x, dtype=None, **_layout):  # layout, device, pin_memory, memory_format: no meaning here
     return _cast(x, dtype)
 
 
 def _identity(x, *_args, **_kwargs):
     return x
-
-
-def _masked_fill(x, mask, value):
-    return gr.where(mask, gr.astype(value, x.dtype) if not isinstance(value, (int, float, bool)) else value, x)
 
 
 def _index_select(x, dim, index):
@@ -430,8 +415,11 @@ SHAPES = {
     "slice": _slice, "select": _select, "split": _split, "split_with_sizes": _split, "chunk": _chunk,
     "unbind": _unbind, "cat": _cat, "concat": _cat, "stack": _stack, "index": _index_tensor, "gather": _gather,
     "index_select": _index_select, "constant_pad_nd": _constant_pad, "flip": _flip,
-    "tril": lambda x, diagonal=0: _tri(x, diagonal, True), "triu": lambda x, diagonal=0: _tri(x, diagonal, False),
-    "masked_fill": _masked_fill, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
+    "tril": lambda x, diagonal=0: gr.tril(x, diagonal), "triu": lambda x, diagonal=0: gr.triu(x, diagonal),
+    "masked_fill": gr.masked_fill, "scatter": _scatter,
+    "scatter_add": lambda x, dim, index, src: gr.scatter_add(x, dim % max(_ndim(x), 1), index, src),
+    "roll": lambda x, shifts, dims=(): gr.roll(x, tuple(shifts), tuple(dims)) if len(dims) else gr.roll(x, shifts[0]),
+    "repeat": lambda x, repeats: gr.tile(x, tuple(repeats)), "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "index_put": _index_put, "copy": _copy,
     "clone": _identity, "contiguous": _identity, "alias": _identity, "lift_fresh_copy": _identity,
     "_to_copy": _to_copy, "to": _to_copy, "detach": gr.stop_gradient,
@@ -545,25 +533,16 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
 
 
 def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    geometry = {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": groups}
     if transposed:
-        fn = getattr(gnn, "conv_transpose2d", None)
-        if fn is None or _ndim(x) != 4 or groups != 1:
-            _unsupported("convolution", "transposed convolution has no gradir op yet (gr.nn.conv_transpose2d)")
-        return fn(x, w, b, stride=tuple(stride), padding=tuple(padding), output_padding=tuple(output_padding),
-                  dilation=tuple(dilation))
-    if _ndim(x) == 3:  # conv1d as conv2d over a height-1 image
-        y = _conv(gr.expand_dims(x, 2), gr.expand_dims(w, 2), b, [1, *stride], [0, *padding], [1, *dilation],
-                  False, output_padding, groups)
-        return gr.squeeze(y, 2)
+        if _ndim(x) != 4:
+            _unsupported("convolution", f"{_ndim(x) - 2}-d transposed convolution has no mapping (2-d does)")
+        return gnn.conv_transpose2d(x, w, b, output_padding=tuple(output_padding), **geometry)
+    if _ndim(x) == 3:
+        return gnn.conv1d(x, w, b, **{k: v[0] if isinstance(v, tuple) else v for k, v in geometry.items()})
     if _ndim(x) != 4:
         _unsupported("convolution", f"{_ndim(x) - 2}-d convolution has no mapping (1-d and 2-d do)")
-    if groups == 1:
-        return gnn.conv2d(x, w, b, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation))
-    xs = gr.split(x, groups, axis=1)  # grouped: one conv2d per group, outputs joined on channels
-    ws = gr.split(w, groups, axis=0)
-    bs = gr.split(b, groups, axis=0) if b is not None else [None] * groups
-    return gr.concatenate([gnn.conv2d(xi, wi, bi, stride=tuple(stride), padding=tuple(padding),
-                                      dilation=tuple(dilation)) for xi, wi, bi in zip(xs, ws, bs)], axis=1)
+    return gnn.conv2d(x, w, b, **geometry)
 
 
 def _pool_check(op, dilation, ceil_mode):
@@ -590,16 +569,31 @@ def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
     return gnn.avg_pool2d(x, tuple(kernel_size), tuple(stride) or None, padding)
 
 
-def _adaptive_avg_pool2d(x, output_size):
-    """Divisible case as a reshape + mean (each output cell averages an equal block)."""
-    fn = getattr(gnn, "adaptive_avg_pool2d", None)
-    if fn is not None:
-        return fn(x, tuple(output_size))
-    n, c, h, w = _shape(x)
-    oh, ow = output_size
-    if h % oh or w % ow:
-        _unsupported("_adaptive_avg_pool2d", f"input {h}x{w} is not divisible by output {oh}x{ow}")
-    return gr.mean(gr.reshape(x, (n, c, oh, h // oh, ow, w // ow)), (3, 5))
+def _adaptive_max_pool2d(x, output_size):
+    def indices():
+        _unsupported("adaptive_max_pool2d", "the indices output has no mapping (the pooled values do)")
+    return Multi(lambda: gnn.adaptive_max_pool2d(x, tuple(output_size)), indices)
+
+
+def _fused_rms_norm(x, normalized_shape, weight=None, eps=None):
+    def rstd():
+        _unsupported("_fused_rms_norm", "the rstd output has no mapping (the normalised values do)")
+    return Multi(lambda: _rms_norm(x, normalized_shape, weight, eps), rstd)
+
+
+_REDUCTION = ("none", "mean", "sum")  # ATen's reduction enum
+
+
+def _group_norm(x, weight, bias, n, c, hw, group, eps):
+    """native_group_norm -> (out, mean, rstd); mean and rstd per (sample, group)."""
+    def stats(i):
+        g = gr.reshape(x, (n, group, -1))
+        return [lambda: gr.mean(g, 2), lambda: gr.rsqrt(gr.add(gr.var(g, 2), eps))][i]()
+    return Multi(lambda: gnn.group_norm(x, group, weight, bias, eps), lambda: stats(0), lambda: stats(1))
+
+
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    return gnn.rms_norm(x, tuple(normalized_shape), weight, eps)
 
 
 def _nll(logp, target, weight, reduction, ignore_index):
@@ -635,22 +629,14 @@ def _cross_entropy(x, target, weight=None, reduction=1, ignore_index=-100, label
     if weight is not None or label_smoothing or _ndim(x) != 2 or dtypes.is_float(target.dtype):
         return _unsupported("cross_entropy_loss", "only class-index targets on (N, C) logits without weight or "
                             "label_smoothing map to gr.nn.cross_entropy")
-    return gnn.cross_entropy(x, target, ("none", "mean", "sum")[reduction], ignore_index)
+    return gnn.cross_entropy(x, target, _REDUCTION[reduction], ignore_index)
 
 
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if dropout_p:
         _unsupported("scaled_dot_product_attention", "dropout_p > 0 has no mapping")
-    fn = getattr(gnn, "scaled_dot_product_attention", None)
-    if fn is not None:
-        return fn(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-    s = gr.multiply(gr.matmul(q, gr.swapaxes(k, -1, -2)), scale or 1.0 / math.sqrt(_shape(q)[-1]))
-    lq, lk = _shape(q)[-2], _shape(k)[-2]
-    if is_causal:
-        s = gr.where(np.tri(lq, lk, dtype=bool), s, -math.inf)
-    if attn_mask is not None:
-        s = gr.where(attn_mask, s, -math.inf) if dtypes.as_dtype(attn_mask.dtype) == dtypes.bool_ else gr.add(s, attn_mask)
-    return gr.matmul(gnn.softmax(s, -1), v)
+    return gnn.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                                            enable_gqa=enable_gqa)
 
 
 class _Dropout(NeedsSeed):
@@ -677,7 +663,17 @@ NN = {
     "convolution": _conv, "conv2d": lambda x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1:
         _conv(x, w, b, stride, padding, dilation, False, (0, 0), groups),
     "max_pool2d_with_indices": _max_pool2d_with_indices, "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d,
-    "_adaptive_avg_pool2d": _adaptive_avg_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "_adaptive_avg_pool2d": lambda x, size: gnn.adaptive_avg_pool2d(x, tuple(size)),
+    "adaptive_avg_pool2d": lambda x, size: gnn.adaptive_avg_pool2d(x, tuple(size)),
+    "adaptive_max_pool2d": _adaptive_max_pool2d,
+    "native_group_norm": _group_norm,
+    "group_norm": lambda x, groups, w=None, b=None, eps=1e-5, cudnn=True: gnn.group_norm(x, groups, w, b, eps),
+    "rms_norm": _rms_norm, "_fused_rms_norm": _fused_rms_norm,
+    "mse_loss": lambda x, y, reduction=1: gnn.mse_loss(x, y, reduction=_REDUCTION[reduction]),
+    "binary_cross_entropy": lambda x, y, weight=None, reduction=1:
+        gnn.binary_cross_entropy(x, y, weight, reduction=_REDUCTION[reduction]),
+    "binary_cross_entropy_with_logits": lambda x, y, weight=None, pos_weight=None, reduction=1:
+        gnn.binary_cross_entropy_with_logits(x, y, weight, reduction=_REDUCTION[reduction], pos_weight=pos_weight),
     "embedding": lambda w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False: gnn.embedding(w, idx),
     "nll_loss_forward": _nll_loss_forward, "cross_entropy_loss": _cross_entropy,
     "scaled_dot_product_attention": _sdpa,

@@ -108,7 +108,9 @@ def _capture_make_fx(module, inputs) -> Captured:
     pvals = [p.detach() for _, p in module.named_parameters(remove_duplicate=False)]
     bvals = [b.detach().clone() for _, b in module.named_buffers(remove_duplicate=False)]  # real mode runs it
     gm = make_fx(torch.func.functionalize(run, remove="mutations_and_views"), decomposition_table=core_aten_decompositions(),
-                 record_module_stack=True, record_stack_traces=True)(pvals, bvals, *inputs)
+                 record_module_stack=True, record_stack_traces=True,
+                 _error_on_data_dependent_ops=False)(pvals, bvals, *inputs)  # real mode: `if x.sum() > 0` specialises
+    _drop_dead(gm.graph)
     n_inputs = len(torch_pytree.tree_leaves(list(inputs)))
     ins = [("param", n) for n in pnames] + [("buffer", n) for n in bnames] + [("input", None)] * n_inputs
     outs = [("output", None)] * len(torch_pytree.tree_leaves(specs[-1].unflatten([0] * specs[-1].num_leaves))) \
@@ -119,6 +121,14 @@ def _capture_make_fx(module, inputs) -> Captured:
     return Captured(gm.graph, ins, outs, specs[-1], consts, "make_fx")
 
 
+def _drop_dead(graph) -> None:
+    """Remove call nodes nothing uses: a specialised `if x.sum() > 0` leaves its sum/item behind, and
+    functionalize's trailing copy_ into the inputs (buffer updates come back as outputs instead)."""
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and not node.users:
+            graph.erase_node(node)
+
+
 def _capture(module, inputs, decompose: bool) -> tuple[Captured, str | None]:
     """torch.export first; make_fx (which specialises Python control flow on the example inputs) where
     export refuses the module. Returns the capture and why export failed (None if it did not)."""
@@ -127,8 +137,13 @@ def _capture(module, inputs, decompose: bool) -> tuple[Captured, str | None]:
     except GradirError:
         raise
     except Exception as e:  # noqa: BLE001 - any export failure: fall back, and say why on f.export_error
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return _capture_make_fx(module, inputs), why
+        why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    try:
+        return _capture_make_fx(module, inputs), why
+    except Exception as e:  # noqa: BLE001 - neither capture works: one gradir error with both reasons
+        raise TraceError(f"cannot capture {type(module).__name__}: torch.export failed ({why}) and make_fx failed "
+                         f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
+                         op="from_torch", source=user_source()) from e
 
 
 # -- source lines, scopes and the op table --------------------------------------------------------
@@ -189,7 +204,7 @@ def _check_mapped(graph) -> dict:
     if missing:
         node = missing[0]
         name, overload = aten_name(node.target)
-        near = difflib.get_close_matches(name, list(aten_table.TABLE), n=3, cutoff=0.5)
+        near = difflib.get_close_matches(name, list(aten_table.TABLE), n=3, cutoff=0.0)
         hint = f"; nearest supported: {', '.join('aten.' + n for n in near)}" if near else ""
         others = sorted({".".join(aten_name(n.target)) for n in missing[1:]} - {f"{name}.{overload}"})
         also = f" (also unmapped: {', '.join('aten.' + o for o in others)})" if others else ""

@@ -1,0 +1,413 @@
+"""gr.from_torch: PyTorch modules written in ordinary style, captured (torch.export -> core ATen, or
+make_fx), replayed through the ATen -> gradir table, and checked against torch autograd in float64:
+loss and every parameter gradient on the NumPy (gr.grad) and LLVM (gr.compile) backends, parameter
+naming (tied weights once), BatchNorm running statistics, source lines and scopes, errors."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torch.utils._pytree as torch_pytree  # noqa: E402
+
+import gradir as gr  # noqa: E402
+from gradir.errors import TraceError, UnsupportedOpError  # noqa: E402
+
+RTOL = 1e-10
+FILE = "test_frontend_torch.py"
+
+
+# -- models, in the style of ordinary PyTorch code ------------------------------------------------
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.ln = nn.LayerNorm(16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = F.gelu(self.ln(self.fc1(x)))  # MLP_GELU_LINE
+        return self.fc2(h)
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return F.relu(x + self.bn(self.conv(x)))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.pool = nn.MaxPool2d(2)
+        self.block = ResBlock(4)
+        self.gap = nn.AdaptiveAvgPool2d((2, 2))
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.bn(self.stem(x))))
+        x = self.block(x)
+        return self.head(torch.flatten(self.gap(x), 1))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, n_head, sdpa):
+        super().__init__()
+        self.n_head, self.sdpa = n_head, sdpa
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = [t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v)]
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+            i = torch.arange(T, device=x.device)
+            att = torch.where(i[None, :] <= i[:, None], att, float("-inf"))  # ATTN_MASK_LINE
+            att = att.softmax(dim=-1)
+            y = att @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MaskedFillAttention(CausalSelfAttention):
+    """The other common causal mask: a registered tril buffer and masked_fill."""
+
+    def __init__(self, d, n_head, t):
+        super().__init__(d, n_head, False)
+        self.register_buffer("bias", torch.tril(torch.ones(t, t)).view(1, 1, t, t))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = [t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, d, n_head, attn):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = attn
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+@dataclasses.dataclass
+class LMOutput:
+    """A model-output object as transformers' ModelOutput is: registered with torch's pytree by its keys."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+torch_pytree.register_pytree_node(LMOutput, lambda o: ([o.loss, o.logits], ["loss", "logits"]),
+                                  lambda values, keys: LMOutput(*values))
+
+
+class GPT(nn.Module):
+    def __init__(self, attention="where", vocab=11, d=8, n_head=2, block=6, layers=2):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
+
+        def attn():
+            if attention == "masked_fill":
+                return MaskedFillAttention(d, n_head, block)
+            return CausalSelfAttention(d, n_head, attention == "sdpa")
+        self.blocks = nn.ModuleList([Block(d, n_head, attn()) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied input/output embedding
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return LMOutput(loss=loss, logits=logits)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def line_of(marker: str) -> str:
+    """`test_frontend_torch.py:N` of the line carrying `marker` in this file."""
+    with open(__file__) as fh:
+        for n, text in enumerate(fh, 1):
+            if marker in text and "line_of(" not in text:
+                return f"{FILE}:{n}"
+    raise AssertionError(marker)
+
+
+def rel_err(a, b, scale=0.0) -> float:
+    """max |a - b| relative to max |b| (or to `scale` where b is smaller: a gradient that is zero in exact
+    arithmetic, such as a bias before BatchNorm, is compared at the size of the model's other gradients)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), scale, 1e-300))
+
+
+def torch_grads(model, inputs, loss_of):
+    """(loss, {name: grad}) from torch autograd on a copy (training-mode BatchNorm updates its buffers)."""
+    model = copy.deepcopy(model)
+    loss = loss_of(model(*inputs))
+    loss.backward()
+    return loss.item(), {n: p.grad.numpy() for n, p in model.named_parameters()}
+
+
+def check_against_torch(model, inputs, loss_torch, loss_gr):
+    """from_torch's loss and gradients on the NumPy and LLVM backends equal torch autograd to RTOL."""
+    f, params = gr.from_torch(model, *inputs)
+    assert list(params) == [n for n, _ in model.named_parameters()]
+    ref_loss, ref_grads = torch_grads(model, inputs, loss_torch)
+    xs = [t.numpy() for t in inputs]
+
+    def loss(p, *args):
+        return loss_gr(f(p, *args))
+    value, grads = gr.value_and_grad(loss)(params, *xs)
+    llvm_value, llvm_grads = gr.compile(gr.value_and_grad(loss), backend="llvm")(params, *xs)
+    scale = max(np.max(np.abs(g)) for g in ref_grads.values())
+    for v, g in ((value, grads), (llvm_value, llvm_grads)):
+        assert rel_err(v, ref_loss) < RTOL
+        assert set(g) == set(ref_grads)
+        for name, ref in ref_grads.items():
+            assert rel_err(g[name], ref, scale) < RTOL, name
+    return f, params
+
+
+def tokens(seed=0, b=2, t=6, vocab=11):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, vocab, (b, t), generator=g)
+    targets = torch.randint(0, vocab, (b, t), generator=g)
+    targets[0, :2] = -1  # ignored positions (padding)
+    return idx, targets
+
+
+# -- (a) MLP with LayerNorm and GELU --------------------------------------------------------------
+
+
+def test_mlp_gradients_match_torch():
+    torch.manual_seed(0)
+    x, y = torch.randn(5, 6), torch.randn(5, 3)
+    f, _ = check_against_torch(MLP(), (x,), lambda out: ((out - y) ** 2).mean(),
+                               lambda out: gr.mean((out - y.numpy()) ** 2))
+    assert f.capture == "export" and f.export_error is None
+
+
+def test_mlp_jvp_trace_grad_and_remat():
+    torch.manual_seed(1)
+    model, x = MLP(), torch.randn(4, 6)
+    f, params = gr.from_torch(model, x)
+    xs = x.numpy()
+    out, tangent = gr.jvp(lambda inp: gr.sum(f(params, inp)), (xs,), (np.ones_like(xs),))
+    xt = x.clone().requires_grad_(True)
+    model(xt).sum().backward()
+    assert rel_err(out, model(x).sum().item()) < RTOL
+    assert rel_err(tangent, xt.grad.sum().item()) < RTOL
+    plain = gr.grad(lambda p, inp: gr.sum(f(p, inp)))(params, xs)
+    remat = gr.compile(gr.grad(lambda p, inp: gr.sum(f(p, inp))), backend="numpy", remat="uniform")(params, xs)
+    for name in params:
+        assert rel_err(remat[name], plain[name]) < RTOL
+    j = gr.trace_grad(lambda p, inp: gr.sum(f(p, inp)), params, xs)
+    assert j.saved.to_dict()["count"] > 0
+    assert any(n.source == line_of("MLP_GELU_LINE") for n in j.forward.nodes)
+
+
+# -- (b) CNN: Conv2d, BatchNorm2d (training), ReLU, MaxPool2d, residual, AdaptiveAvgPool2d --------
+
+
+def test_cnn_gradients_match_torch():
+    torch.manual_seed(2)
+    x = torch.randn(3, 3, 8, 8)
+    model = CNN().train()
+    labels = torch.tensor([0, 4, 2])
+    check_against_torch(model, (x,), lambda out: F.cross_entropy(out, labels),
+                        lambda out: gr.nn.cross_entropy(out, labels.numpy()))
+
+
+def test_batchnorm_running_stats_follow_torch():
+    torch.manual_seed(3)
+    model, x = CNN().train(), torch.randn(3, 3, 8, 8)
+    f, params = gr.from_torch(model, x)
+    before = {k: v.copy() for k, v in f.buffers.items()}
+    out, buffers = f.with_buffers(params, x.numpy())
+    ref = copy.deepcopy(model)
+    ref_out = ref(x)
+    assert rel_err(out, ref_out.detach().numpy()) < RTOL
+    assert set(buffers) == {n for n, _ in model.named_buffers()}
+    for name, b in ref.named_buffers():
+        if b.dtype == torch.int64:
+            assert buffers[name] == b.numpy() == 1, name
+        else:
+            assert rel_err(buffers[name], b.numpy()) < RTOL, name
+    assert all(np.array_equal(f.buffers[k], v) for k, v in before.items())  # f itself is pure
+    # the updated buffers go back in: a second step matches torch's second step
+    out2, buffers2 = f.with_buffers(params, x.numpy() * 2, buffers=buffers)
+    ref(x * 2)
+    assert rel_err(buffers2["bn.running_var"], ref.bn.running_var.numpy()) < RTOL
+    assert buffers2["bn.num_batches_tracked"] == 2
+
+
+def test_eval_mode_batchnorm_uses_running_stats():
+    torch.manual_seed(4)
+    model, x = CNN(), torch.randn(2, 3, 8, 8)
+    model.train()(x * 3 + 1)  # move the running statistics away from (0, 1)
+    model.eval()
+    f, params = gr.from_torch(model, x)
+    out, buffers = f.with_buffers(params, x.numpy())
+    assert rel_err(out, model(x).detach().numpy()) < RTOL
+    assert all(np.array_equal(buffers[k], f.buffers[k]) for k in buffers)
+
+
+# -- (c) GPT-style decoder -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attention", ["where", "sdpa", "masked_fill"])
+def test_gpt_gradients_match_torch(attention):
+    torch.manual_seed(5)
+    model = GPT(attention)
+    idx, targets = tokens()
+    f, params = check_against_torch(model, (idx, targets), lambda out: out.loss, lambda out: out["loss"])
+    assert "lm_head.weight" not in params and "wte.weight" in params  # tied: once, under its first name
+    out = f(params, idx.numpy(), targets.numpy())
+    assert set(out) == {"loss", "logits"}  # the model-output object comes back as a dict
+    ref = model(idx, targets)
+    assert rel_err(out["logits"], ref.logits.detach().numpy()) < RTOL
+
+
+def test_gpt_source_lines_and_scopes():
+    torch.manual_seed(6)
+    model = GPT("where")
+    idx, targets = tokens(1)
+    f, params = gr.from_torch(model, idx, targets)
+    g = gr.trace(lambda p, i, t: f(p, i, t)["loss"], params, idx.numpy(), targets.numpy())
+    ops = [n for n in g.nodes if n.op != "const"]
+    assert all(n.source and n.source.startswith(FILE + ":") for n in ops)
+    assert any(n.source == line_of("ATTN_MASK_LINE") and "blocks.1.attn" in n.scope for n in ops)
+    assert {s for n in ops for s in n.scope} >= {"blocks.0", "blocks.0.attn", "blocks.1.mlp.0", "ln_f"}
+    assert f"# {line_of('ATTN_MASK_LINE')}" in str(g)
+
+
+# -- capture, structure, errors ---------------------------------------------------------------------
+
+
+class Branchy(nn.Module):
+    """Data-dependent Python control flow: torch.export refuses it, make_fx specialises on the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return torch.tanh(self.fc(x))  # BRANCH_LINE
+        return self.fc(x)
+
+
+def test_make_fx_fallback_is_reported_and_correct():
+    torch.manual_seed(7)
+    model, x = Branchy(), torch.rand(2, 3)
+    f, params = gr.from_torch(model, x)
+    assert f.capture == "make_fx" and f.export_error
+    xt = x.clone()
+    loss = model(xt).pow(2).sum()
+    loss.backward()
+    g = gr.grad(lambda p, inp: gr.sum(f(p, inp) ** 2))(params, x.numpy())
+    assert rel_err(g["fc.weight"], model.fc.weight.grad.numpy()) < RTOL
+    traced = gr.trace(lambda p, inp: f(p, inp), params, x.numpy())
+    assert any(n.op == "tanh" and n.source == line_of("BRANCH_LINE") for n in traced.nodes)
+
+
+class Zeta(nn.Module):
+    def forward(self, x):
+        return torch.special.zeta(x, 2.0) * 2  # ZETA_LINE
+
+
+def test_unmapped_op_is_one_clear_error():
+    with pytest.raises(UnsupportedOpError) as e:
+        gr.from_torch(Zeta(), torch.rand(3) + 1.5)
+    msg = str(e.value)
+    assert "aten.special_zeta" in msg and line_of("ZETA_LINE") in msg and "nearest supported" in msg
+    assert e.value.source == line_of("ZETA_LINE")
+
+
+class Dropper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = nn.Linear(4, 4), nn.Dropout(0.25)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))  # DROPOUT_LINE
+
+
+def test_training_dropout_needs_a_seed():
+    x = torch.randn(3, 4)
+    f, params = gr.from_torch(Dropper().train(), x)
+    with pytest.raises(TraceError, match="seed") as e:
+        f(params, x.numpy())
+    assert e.value.source == line_of("DROPOUT_LINE")
+    a, b, c = (f(params, x.numpy(), seed=s) for s in (0, 0, 1))
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    dense = f(params, x.numpy(), seed=0) != 0
+    assert 0 < dense.mean() < 1
+    g = gr.grad(lambda p, inp: gr.sum(f(p, inp, seed=0)))(params, x.numpy())
+    assert np.array_equal(g["fc.bias"], dense.sum(0) / 0.75)
+    fe, pe = gr.from_torch(Dropper().eval(), x)  # eval mode: no mask, no seed
+    assert np.array_equal(fe(pe, x.numpy()), fe(pe, x.numpy()))
+
+
+def test_plain_function_and_output_structures():
+    def fn(a, b):
+        s = torch.tril(a @ b)
+        return {"sum": s.sum(), "parts": (s.max(dim=-1).values, [torch.cumsum(a, 0), a.clamp(-0.5, 0.5)])}
+
+    a, b = torch.randn(3, 3), torch.randn(3, 3)
+    f, params = gr.from_torch(fn, a, b)
+    assert params == {}
+    out = f(params, a.numpy(), b.numpy())
+    ref = fn(a, b)
+    assert set(out) == {"sum", "parts"} and isinstance(out["parts"], tuple) and isinstance(out["parts"][1], list)
+    for got, want in zip(torch_pytree.tree_leaves(out), torch_pytree.tree_leaves(ref)):
+        assert rel_err(got, want.numpy()) < RTOL
+    torch_out = f(params, a, b)  # torch in, torch out
+    assert isinstance(torch_out["sum"], torch.Tensor)
+
+
+def test_import_gradir_does_not_import_torch():
+    code = "import sys, gradir; assert 'torch' not in sys.modules; assert callable(gradir.from_torch)"
+    subprocess.run([sys.executable, "-c", code], check=True)
