@@ -28,11 +28,13 @@ from gradir.ops import (
     erf,
     exp,
     expand_dims,
+    expm1,
     getitem,
     greater,
     greater_equal,
     less_equal,
     log,
+    log1p,
     matmul,
     max,
     maximum,
@@ -148,23 +150,13 @@ def log_softmax(x, axis=-1):
     return z - log(sum(exp(z), axis, keepdims=True))
 
 
-def _log1p(u):
-    """log(1 + u), accurate for small u without a log1p primitive: log(w) * u / (w - 1) with w = 1 + u
-    (Goldberg) corrects the rounding of 1 + u; its derivative's first-order rounding errors cancel too.
-    Where 1 + u rounds to 1, log1p(u) = u to working precision."""
-    w = 1.0 + u
-    d = w - 1.0
-    tiny = equal(d, 0.0)
-    return where(tiny, u, log(w) * (u / where(tiny, 1.0, d)))  # the inner where keeps the unused branch's gradient finite
-
-
 def _softplus(x):
     """log(1 + exp(x)) without overflow: x + log1p(exp(-x)) for x > 0, log1p(exp(x)) elsewhere. Each
     branch sees only its own side's x (the unused one 0), so neither overflows, and the gradient at 0 is
     sigmoid(0) = 1/2 (relu(x) + log1p(exp(-|x|)) would give relu's and abs's 0 there)."""
     pos = greater(x, 0.0)
     xp, xn = where(pos, x, 0.0), where(pos, 0.0, x)
-    return where(pos, xp + _log1p(exp(-xp)), _log1p(exp(xn)))
+    return where(pos, xp + log1p(exp(-xp)), log1p(exp(xn)))
 
 
 def silu(x):
@@ -189,8 +181,8 @@ def leaky_relu(x, negative_slope=0.01):
 def elu(x, alpha=1.0):
     """x where x > 0, alpha * (exp(x) - 1) elsewhere."""
     x = lift(x)
-    # exp of min(x, 0): the unselected branch must not overflow (an inf there turns its zero cotangent into nan)
-    return where(greater(x, 0.0), x, alpha * (exp(minimum(x, 0.0)) - 1.0))
+    # expm1 of min(x, 0): the unselected branch must not overflow (an inf there turns its zero cotangent into nan)
+    return where(greater(x, 0.0), x, alpha * expm1(minimum(x, 0.0)))
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
@@ -388,7 +380,7 @@ def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):
         v = to_numpy(x)
         if ((v < 0) | (v > 1)).any():
             raise ShapeError("input values must lie in [0, 1]", op="binary_cross_entropy", source=user_source())
-    losses = -(y * maximum(log(x), -100.0) + (1.0 - y) * maximum(_log1p(-x), -100.0))
+    losses = -(y * maximum(log(x), -100.0) + (1.0 - y) * maximum(log1p(-x), -100.0))
     if weight is not None:
         losses = losses * weight
     return _reduce(losses, reduction)
