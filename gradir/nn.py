@@ -131,22 +131,22 @@ def _choice(op: str, name: str, value, allowed):
 # -- activations and softmax ----------------------------------------------------------------------
 
 
-def _shifted(x, axis):
+def _shifted(x, axis, op):
     """x minus its (non-differentiated) max along `axis`, for stability; an empty axis has no max and
     needs no shift (the result is empty, as torch's)."""
-    (a,) = normalize_axes(axis, x.ndim, "softmax")
+    (a,) = normalize_axes(axis, x.ndim, op)
     return x if x.shape[a] == 0 else x - stop_gradient(max(x, a, keepdims=True))
 
 
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along `axis`, shifted by the (non-differentiated) max for stability."""
-    e = exp(_shifted(lift(x), axis))
+    e = exp(_shifted(lift(x), axis, "softmax"))
     return e / sum(e, axis, keepdims=True)
 
 
 def log_softmax(x, axis=-1):
     """x - logsumexp(x) along `axis`, shifted by the (non-differentiated) max for stability."""
-    z = _shifted(lift(x), axis)
+    z = _shifted(lift(x), axis, "log_softmax")
     return z - log(sum(exp(z), axis, keepdims=True))
 
 
