@@ -172,6 +172,10 @@ class Target:
 def load_target(path: str, fn_name: str | None, argnums: str | None) -> Target:
     """Load the file, pick the function, build its example inputs and argnums (CLIError on any problem)."""
     module = load_model(path)
+    if fn_name in (None, "model"):
+        target = _torch_target(path, module, argnums)
+        if target is not None:
+            return target
     fn = pick_function(module, fn_name, path)
     try:
         ex = resolve_example(fn, module)
@@ -187,6 +191,25 @@ def load_target(path: str, fn_name: str | None, argnums: str | None) -> Target:
     if not nums:
         raise CLIError(f"{path}: {fn.__name__} has no floating-point argument to differentiate; choose with --argnums")
     return Target(path, module, fn, ex.args, nums, ex.origin)
+
+
+def _torch_target(path: str, module: ModuleType, argnums: str | None) -> Target | None:
+    """A PyTorch model file (`model()` returns an nn.Module; gradir.cli_torch): the module and its loss
+    captured with gr.from_torch, differentiated with respect to its parameters. None for other files."""
+    from gradir.cli_torch import TorchModelError, loss_function, torch_module
+
+    with _user_code(path):
+        net = torch_module(module)
+    if net is None:
+        return None
+    try:
+        with _user_code(path):
+            fn, params, inputs = loss_function(module, net)
+    except TorchModelError as e:
+        raise CLIError(f"{path}: {e}") from None
+    args = (params, *inputs)
+    nums = _parse_argnums(argnums, fn, len(args), path) or (0,)
+    return Target(path, module, fn, args, nums, "model() and example_inputs()")
 
 
 def _located(e: GradirError, path: str, fn) -> str:

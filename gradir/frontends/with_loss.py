@@ -1,0 +1,55 @@
+"""A torch module and its loss captured as one gradir function, parameters named as the module names them.
+
+Used by `gr.torch_saved` and by the command line's PyTorch model files: both differentiate
+`loss(module(*inputs), *targets)` with respect to the module's parameters.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+
+def capture_with_loss(net, inputs: tuple, loss=None, n_inputs: int | None = None):
+    """`(loss_of, params)`: `loss_of(params, *inputs)` computes `loss(net(*inputs[:n_inputs]),
+    *inputs[n_inputs:])` (without `loss`, the module's output) through `gr.from_torch`; `params` is a
+    dict named by `net.named_parameters()` (`blocks.0.attn.qkv.weight`)."""
+    import torch
+
+    from gradir.frontends.torch import from_torch
+
+    k = len(inputs) if n_inputs is None else n_inputs
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, *xs):
+            out = net(*xs[:k])
+            return loss(out, *xs[k:]) if loss is not None else out
+
+    f, captured = from_torch(WithLoss(), *inputs)
+    full = {name.removeprefix("net."): name for name in captured}  # the wrapper adds "net." to every name
+
+    def loss_of(params, *inputs):
+        return f({full[name]: value for name, value in params.items()}, *inputs)
+
+    # its arguments named as the forward and the loss name theirs (the IR's input names)
+    names = _positional_names(net.forward, k) + _positional_names(loss, len(inputs) - k, skip=1)
+    loss_of.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in ["params", *names]])
+    return loss_of, {name: captured[f_name] for name, f_name in full.items()}
+
+
+def _positional_names(fn, count: int, skip: int = 0) -> list[str]:
+    """The first `count` positional parameter names of `fn` after `skip` (x0, x1, ... where unknown)."""
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][skip:]
+    except (TypeError, ValueError):
+        params = []
+    params = [n for n in params if n != "params"]
+    return [params[i] if i < len(params) else f"x{i}" for i in range(count)]
+
+
+__all__ = ["capture_with_loss"]
