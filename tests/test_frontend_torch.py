@@ -23,6 +23,8 @@ import gradir as gr  # noqa: E402
 from gradir.errors import TraceError, UnsupportedOpError  # noqa: E402
 
 RTOL = 1e-10
+# torch.export's own deprecation noise (its TreeSpec copying), not ours
+pytestmark = pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\).*:FutureWarning")
 FILE = "test_frontend_torch.py"
 
 
@@ -411,3 +413,60 @@ def test_plain_function_and_output_structures():
 def test_import_gradir_does_not_import_torch():
     code = "import sys, gradir; assert 'torch' not in sys.modules; assert callable(gradir.from_torch)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class Zoo(nn.Module):
+    """Many other mappings in one module: each term is a scalar, so one gradient checks them all."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(4, 6, 3, padding=1, groups=2)
+        self.gn = nn.GroupNorm(2, 6)
+        self.rms = nn.RMSNorm(5)
+        self.ct = nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)
+        self.w = nn.Parameter(torch.randn(5, 5))
+
+    def forward(self, x, img, labels):
+        h = self.gn(self.c1(x))                                        # (2, 6, 5)
+        terms = [F.silu(h).sum(), F.softplus(h).mean(), F.leaky_relu(h, 0.2).sum(), F.elu(h).sum()]
+        r = self.rms(h @ self.w)
+        terms += [r.cumsum(-1).sum(), torch.tril(r[0]).sum(), r.masked_fill(r > 0.5, 0.0).sum()]
+        terms += [r.max(dim=-1).values.sum(), r.topk(2, dim=-1).values.sum(), r.sort(dim=-1).values[..., 0].sum()]
+        terms += [torch.roll(r, 1, -1)[..., 0].sum(), r.repeat(1, 2, 1).std(), r.var(dim=1).sum()]
+        terms += [torch.gather(r, 2, labels).sum(), torch.einsum("bij,jk->bik", r, self.w).sum()]
+        terms += [r.clamp(-0.3, 0.3).sum(), torch.cat(r.chunk(5, dim=-1)[::-1], -1).flip(1)[:, 0].sum()]
+        terms += [F.pad(r, (1, 2)).prod(dim=-1).sum(), torch.linalg.vector_norm(r, dim=-1).sum()]
+        terms += [torch.log1p(r.abs()).sum(), torch.expm1(r * 0.1).sum(), r.index_select(1, labels[0, :2, 0]).sum()]
+        terms += [F.mse_loss(r, r.detach() * 0.5), F.binary_cross_entropy_with_logits(r, torch.sigmoid(r.detach()))]
+        up = self.ct(img)                                              # (2, 3, 7, 7)
+        terms += [F.avg_pool2d(up, 2, 1).sum(), F.adaptive_avg_pool2d(up, (1, 7)).sum(), torch.stack([up, -up], 2).mean()]
+        return torch.stack(terms)
+
+
+def test_op_zoo_values_and_gradients_match_torch():
+    torch.manual_seed(8)
+    model = Zoo()
+    x, img = torch.randn(2, 4, 5), torch.randn(2, 2, 4, 4)
+    labels = torch.randint(0, 5, (2, 6, 1))
+    weights = torch.linspace(0.5, 1.5, 27)
+    check_against_torch(model, (x, img, labels), lambda out: (out * weights).sum(),
+                        lambda out: gr.sum(out * weights.numpy()))
+
+
+class Detached(nn.Module):
+    """detach() and torch.no_grad() block gradients (core ATen would turn them into plain aliases)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        r = self.fc(x)
+        with torch.no_grad():
+            scale = r.abs().mean() + 1
+        return ((r - r.detach() * 0.5) ** 2).sum() * scale + torch.sigmoid(r.detach()).sum()
+
+
+def test_detach_and_no_grad_block_gradients():
+    torch.manual_seed(9)
+    check_against_torch(Detached(), (torch.randn(4, 3),), lambda out: out, lambda out: out)

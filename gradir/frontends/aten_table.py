@@ -121,6 +121,13 @@ def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     return gr.multiply(gr.where(gr.greater(x, 0), x, neg), scale)
 
 
+def _fmod(x, y):
+    """C's fmod (sign of x) from NumPy's remainder (sign of y): exact, no division rounding."""
+    r = gr.remainder(x, y)
+    wrong_sign = gr.logical_and(gr.not_equal(r, 0), gr.not_equal(gr.less(r, 0), gr.less(x, 0)))
+    return gr.where(wrong_sign, gr.subtract(r, y), r)
+
+
 def _trunc(x):
     return gr.where(gr.less(x, 0), gr.ceil(x), gr.floor(x))
 
@@ -131,7 +138,7 @@ ELEMENTWISE = {
     "neg": gr.negative, "exp": gr.exp, "log": gr.log, "tanh": gr.tanh, "sin": gr.sin, "cos": gr.cos,
     "sqrt": gr.sqrt, "rsqrt": gr.rsqrt, "abs": gr.abs, "sign": gr.sign, "erf": gr.erf, "sigmoid": gr.sigmoid,
     "relu": gr.relu, "reciprocal": lambda x: gr.divide(1.0, x), "square": gr.square,
-    "pow": _pow, "maximum": gr.maximum, "minimum": gr.minimum, "remainder": gr.remainder,
+    "pow": _pow, "maximum": gr.maximum, "minimum": gr.minimum, "remainder": gr.remainder, "fmod": _fmod,
     "clamp": _clamp, "clamp_min": lambda x, m: gr.maximum(x, m), "clamp_max": lambda x, m: gr.minimum(x, m),
     "hardtanh": lambda x, lo=-1.0, hi=1.0: gnn.hardtanh(x, lo, hi), "where": _where,
     "eq": gr.equal, "ne": gr.not_equal, "lt": gr.less, "le": gr.less_equal, "gt": gr.greater, "ge": gr.greater_equal,
@@ -422,7 +429,7 @@ SHAPES = {
     "repeat": lambda x, repeats: gr.tile(x, tuple(repeats)), "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "index_put": _index_put, "copy": _copy,
     "clone": _identity, "contiguous": _identity, "alias": _identity, "lift_fresh_copy": _identity,
-    "_to_copy": _to_copy, "to": _to_copy, "detach": gr.stop_gradient,
+    "_to_copy": _to_copy, "to": _to_copy, "detach": gr.stop_gradient, "stop_gradient": gr.stop_gradient,
     "_assert_tensor_metadata": lambda *a, **k: None, "_assert_async": lambda *a, **k: None,
     "sym_size": lambda x, dim: _shape(x)[dim], "sym_numel": lambda x: math.prod(_shape(x)),
 }

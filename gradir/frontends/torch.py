@@ -63,8 +63,45 @@ class _FunctionModule(torch.nn.Module):
 _INPUT_KINDS = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant", "USER_INPUT": "input"}
 
 
+_STOP_GRADIENT = []
+
+
+def stop_gradient_op():
+    """torch.ops.gradir.stop_gradient: what `detach()` and the outputs of `torch.no_grad()` blocks become
+    before decomposing, because core ATen turns detach into a plain alias and inlines no_grad blocks
+    (the gradients through them would silently stop being zero). The table maps it to gr.stop_gradient."""
+    if not _STOP_GRADIENT:
+        @torch.library.custom_op("gradir::stop_gradient", mutates_args=())
+        def stop_gradient(x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @stop_gradient.register_fake
+        def _(x):
+            return torch.empty_like(x)
+        _STOP_GRADIENT.append(torch.ops.gradir.stop_gradient.default)
+    return _STOP_GRADIENT[0]
+
+
+def _mark_stop_gradients(gm) -> None:
+    """Rewrite detach and the results of no_grad blocks (export's wrap_with_set_grad_enabled(False, ...))
+    into stop_gradient nodes, which decomposition keeps."""
+    sg, graph = stop_gradient_op(), gm.graph
+    no_grad = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+    for node in list(graph.nodes):
+        if node.target is torch.ops.aten.detach.default:
+            node.target = sg
+        elif no_grad is not None and node.target is no_grad and node.args[0] is False:
+            for user in [u for u in node.users if u.target is operator.getitem]:
+                with graph.inserting_after(user):
+                    blocked = graph.call_function(sg, (user,))
+                blocked.meta = dict(user.meta)
+                user.replace_all_uses_with(blocked, delete_user_cb=lambda u, b=blocked: u is not b)
+    gm.recompile()
+
+
 def _capture_export(module, inputs, decompose: bool) -> Captured:
     ep = torch.export.export(module, tuple(inputs))
+    _mark_stop_gradients(ep.graph_module)
     if decompose:
         ep = ep.run_decompositions()  # core ATen: a fixed, small op set for the table to cover
     ins = []
@@ -179,7 +216,9 @@ def aten_name(target) -> tuple[str, str]:
         return "getitem", ""
     schema = getattr(target, "_schema", None)
     if schema is not None:
-        return schema.name.split("::")[-1], target._overloadname
+        ns, _, name = schema.name.rpartition("::")
+        # only aten ops (and gradir's stop_gradient) may map: a custom op named like an aten op must not
+        return (name if ns in ("aten", "gradir") else schema.name), target._overloadname
     return getattr(target, "__name__", str(target)), ""
 
 
