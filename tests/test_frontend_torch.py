@@ -470,3 +470,9 @@ class Detached(nn.Module):
 def test_detach_and_no_grad_block_gradients():
     torch.manual_seed(9)
     check_against_torch(Detached(), (torch.randn(4, 3),), lambda out: out, lambda out: out)
+
+
+def test_other_input_shape_is_a_clear_error():
+    f, params = gr.from_torch(MLP(), torch.randn(4, 6))
+    with pytest.raises(gr.errors.ShapeError, match="captured with shape"):
+        f(params, np.zeros((3, 6)))

@@ -299,7 +299,7 @@ class TorchFunction:
         outputs = None
         for node in self._cap.graph.nodes:
             if node.op == "placeholder":
-                env[node] = self._placeholder(len(env), params, buffers, values)
+                env[node] = self._placeholder(node, len(env), params, buffers, values)
             elif node.op == "get_attr":
                 env[node] = self._cap.constants[node.target]
             elif node.op == "call_function":
@@ -308,10 +308,10 @@ class TorchFunction:
                 outputs = torch_pytree.tree_leaves(torch.fx.node.map_arg(node.args[0], lambda n: env[n]))
         return self._results(outputs, torch_out)
 
-    def _placeholder(self, i, params, buffers, values):
+    def _placeholder(self, node, i, params, buffers, values):
         kind, name = self._cap.inputs[i]
         if kind == "input":
-            return next(values)
+            return _check_input(node, next(values))
         if kind == "constant":
             return self._cap.constants[name]
         source = params if kind == "param" else buffers
@@ -342,6 +342,18 @@ class TorchFunction:
         if torch_out and not any(isinstance(v, Value) for v in user):
             user = [numpy_to_torch(np.asarray(v)) for v in user]
         return rebuild(self._cap.out_spec, iter(user)), updates
+
+
+def _check_input(node, x):
+    """The graph was captured at the example inputs' shapes: another shape is a clear error, not a wrong answer."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and tuple(np.shape(x)) != tuple(int(s) for s in val.shape):
+        from gradir.errors import ShapeError
+
+        raise ShapeError(f"input {node.name} was captured with shape {tuple(int(s) for s in val.shape)}, got "
+                         f"{tuple(np.shape(x))}: call gr.from_torch again with inputs of this shape",
+                         op="from_torch", source=user_source())
+    return x
 
 
 class _Seeds:
