@@ -9,7 +9,7 @@ from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_
 from gradir.cache import clear_caches
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.errors import GradirError
-from gradir.frontends import from_torch
+from gradir.frontends import from_torch, torch_saved
 from gradir.ir import Graph, Value
 from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-level namespace
 from gradir.ops import __all__ as _ops_all
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 display.install()  # _repr_svg_/_repr_html_ for notebooks
 
-__all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "clear_caches", "compile",
-           "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "from_torch", "grad", "int32",
-           "int64", "jvp", "no_grad", "scope", "trace", "trace_grad", "value_and_grad", "vjp", *_ops_all]
+__all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "clear_caches",
+           "compile", "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "from_torch", "grad",
+           "int32", "int64", "jvp", "no_grad", "scope", "torch_saved", "trace", "trace_grad", "value_and_grad", "vjp",
+           *_ops_all]

@@ -10,3 +10,11 @@ def from_torch(module, *example_inputs, **kwargs):
     from gradir.frontends.torch import from_torch as capture
 
     return capture(module, *example_inputs, **kwargs)
+
+
+def torch_saved(module, *inputs, loss=None):
+    """What PyTorch's autograd saves for `module(*inputs)` next to gradir's saved-tensor report for the
+    same model, differences explained; see gradir.frontends.torch_saved.torch_saved."""
+    from gradir.frontends.torch_saved import torch_saved as compare
+
+    return compare(module, *inputs, loss=loss)

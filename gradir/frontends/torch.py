@@ -16,6 +16,7 @@ import difflib
 import operator
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,10 +101,12 @@ def _mark_stop_gradients(gm) -> None:
 
 
 def _capture_export(module, inputs, decompose: bool) -> Captured:
-    ep = torch.export.export(module, tuple(inputs))
-    _mark_stop_gradients(ep.graph_module)
-    if decompose:
-        ep = ep.run_decompositions()  # core ATen: a fixed, small op set for the table to cover
+    with warnings.catch_warnings():  # torch's own pytree deprecations, not the user's business
+        warnings.simplefilter("ignore", FutureWarning)
+        ep = torch.export.export(module, tuple(inputs))
+        _mark_stop_gradients(ep.graph_module)
+        if decompose:
+            ep = ep.run_decompositions()  # core ATen: a fixed, small op set for the table to cover
     ins = []
     for spec in ep.graph_signature.input_specs:
         kind = _INPUT_KINDS.get(spec.kind.name)

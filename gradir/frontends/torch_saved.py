@@ -12,8 +12,8 @@ The two count differently, and the report says how:
 - PyTorch lists a tensor once per node that saves it, and a view (`W.t()`) as its own save. Counted
   once per storage, as gradir counts, those duplicates disappear.
 - What remains, the activations, can still differ by the rules each side differentiates with.
-  gradir's fused rules, such as cross-entropy keeping its softmax, and its cleanup passes decide
-  what its backward reads.
+  PyTorch's fused kernels save their input and a few statistics; gradir differentiates the
+  primitives the capture decomposed them into, except where it has a fused rule of its own.
 """
 
 from __future__ import annotations
@@ -87,10 +87,12 @@ class SavedComparison(Report):
         if mine == theirs:
             out.append(f"Activations: both keep {human_bytes(mine)} of new memory for backward.")
         else:
-            out.append(f"Activations: PyTorch keeps {human_bytes(theirs)}, gradir {human_bytes(mine)}. The "
-                       "rules differ: gradir's fused rules (cross-entropy keeps its softmax, batch norm its "
-                       "normalized input) and cleanup decide what its backward reads, and PyTorch's per-op "
-                       "formulas decide what each node saves.")
+            out.append(f"Activations: PyTorch keeps {human_bytes(theirs)}, gradir {human_bytes(mine)}. The rules "
+                       "differ: PyTorch's fused kernels (native_layer_norm, gelu, softmax) save their input and a "
+                       "few statistics, while gradir differentiates what the capture decomposed them into, and each "
+                       "primitive's rule keeps what it reads (LayerNorm's centered input and scale, GELU's erf "
+                       "terms). Where gradir has a fused rule of its own (cross-entropy keeps its softmax, batch "
+                       "norm its normalized input) it saves what PyTorch does.")
         return out
 
     def to_dict(self) -> dict:

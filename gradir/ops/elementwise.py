@@ -157,7 +157,8 @@ sign = unary("sign", "np.sign(x)", None, domain=NUMERIC, doc="-1, 0 or 1; deriva
 abs = unary("abs", "np.abs(x)", lambda t, y, x: t * sign(x), domain=NUMERIC, out_dtype=dtypes.real_dtype,
             doc="|x|; on complex input the modulus (which a complex-step check cannot see through).")
 log1p = unary("log1p", "np.log1p(x)", lambda t, y, x: t / (1 + x), doc="log(1 + x), accurate for small x.")
-expm1 = unary("expm1", "np.expm1(x)", lambda t, y, x: t * (y + 1), doc="exp(x) - 1, accurate for small x.")
+expm1 = unary("expm1", "np.expm1(x)", lambda t, y, x: t * exp(x),  # not y + 1: exp(-60) is not 0
+              doc="exp(x) - 1, accurate for small x.")
 tan = unary("tan", "np.tan(x)", lambda t, y, x: t * (1 + y * y))
 # rounding: piecewise constant, so a zero derivative everywhere (as torch); ints are cast to float64 as NumPy does
 floor = unary("floor", "np.floor(x)", None, domain=FLOAT, doc="Round down, as numpy.floor; derivative zero.")
