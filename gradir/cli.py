@@ -694,27 +694,53 @@ def _as_float64(x):
     return a.astype(np.float64) if dtypes.is_float(a.dtype) else x
 
 
+CHECK_EVERY_UP_TO = 2_000  # coordinates `gradir check` takes one by one (two runs of the model each)
+DIRECTIONS = 16
+
+
 @app.command()
 def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
           argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
-          forward_mode: Annotated[bool, typer.Option("--fwd", help="Also check forward mode (one jvp per coordinate).")] = False):
-    """Check FILE's gradients coordinate by coordinate against central differences, in float64."""
+          forward_mode: Annotated[bool, typer.Option("--fwd", help="Also check forward mode (one jvp per coordinate).")] = False,
+          every: Annotated[bool, typer.Option("--all", help=f"Check every coordinate even above {CHECK_EVERY_UP_TO:,} "
+                                              f"(by default bigger models are checked along {DIRECTIONS} random directions).")]
+          = False):
+    """Check FILE's gradients against central differences, in float64: coordinate by coordinate, or along
+    random directions when there are more coordinates than can be checked one by one in reasonable time."""
     checks = gr.checks
     try:
         t = load_target(file, fn, argnums)
         args = tuple(tree_map(_as_float64, a) for a in t.args)  # float32 differences are too coarse to judge
+        count = sum(np.size(x) for i in t.argnums for x in tree_flatten(t.args[i])[0])
+        sampled = count > CHECK_EVERY_UP_TO and not every and not forward_mode
         with _user_code(file, t.fn):
             try:
-                checks.gradcheck(t.fn, *args, argnums=t.argnums, modes=("rev", "fwd") if forward_mode else ("rev",))
+                if sampled:
+                    _check_directions(t.fn, args, t.argnums)
+                else:
+                    checks.gradcheck(t.fn, *args, argnums=t.argnums, modes=("rev", "fwd") if forward_mode else ("rev",))
             except checks.GradcheckError as e:
                 raise CLIError(f"{file}: gradcheck failed: {e}", EXIT_FAILED) from None
     except CLIError as e:
         _fail(e)
-    names = _arg_names(t.fn, len(t.args))
-    count = sum(np.size(x) for i in t.argnums for x in tree_flatten(t.args[i])[0])
-    typer.echo(f"gradcheck passed: {t.fn.__name__}, {count} coordinates of {', '.join(names[i] for i in t.argnums)} "
-               f"agree with central differences (float64)")
+    names = ", ".join(_arg_names(t.fn, len(t.args))[i] for i in t.argnums)
+    how = (f"along {DIRECTIONS} random directions each (--all checks coordinate by coordinate)" if sampled
+           else "coordinate by coordinate")
+    typer.echo(f"gradcheck passed: {t.fn.__name__}, {count:,} coordinates of {names} agree with central differences "
+               f"{how} (float64)")
+
+
+def _check_directions(fn, args, argnums) -> None:
+    """gr.checks.directional along DIRECTIONS random unit directions per argument, judged with gradcheck's
+    tolerances (GradcheckError naming the worst direction)."""
+    for i in argnums:
+        report = gr.checks.directional(fn, *args, argnum=i, n=DIRECTIONS, seed=0)
+        worst = max(report, key=lambda r: r.error / (1e-8 + 1e-6 * abs(r.analytic)))
+        if worst.error > 1e-8 + 1e-6 * abs(worst.analytic):
+            raise gr.checks.GradcheckError(
+                f"argument {i}, direction {worst.index}: g.v = {worst.analytic:.10g} but central differences give "
+                f"{worst.numeric:.10g} (error {worst.error:.3g})")
 
 
 if __name__ == "__main__":

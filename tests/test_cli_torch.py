@@ -85,3 +85,18 @@ def test_a_module_output_is_differentiated_without_a_loss(tmp_path):
     grads = gr.grad(lambda p, x: gr.sum(t.fn(p, x)))(*t.args)
     for name, p in net.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-12)
+
+
+def test_check_takes_a_big_model_along_random_directions_and_finds_a_wrong_gradient(tmp_path, monkeypatch):
+    done = runner.invoke(app, ["check", str(GPT)])
+    assert done.exit_code == 0, done.output
+    assert "26,592 coordinates of params" in done.stdout and "16 random directions" in done.stdout
+    bad = tmp_path / "bad.py"  # stop_gradient hides the true gradient 2w: directions must catch it
+    bad.write_text("import gradir as gr\nimport numpy as np\n"
+                   "def loss(w):\n    return gr.sum(gr.stop_gradient(w) * w)\n"
+                   "def example_inputs():\n    return (np.linspace(0.5, 1.5, 12),)\n")
+    monkeypatch.setattr("gradir.cli.CHECK_EVERY_UP_TO", 4)
+    done = runner.invoke(app, ["check", str(bad)])
+    assert done.exit_code == 1 and "direction" in done.stderr, done.output
+    done = runner.invoke(app, ["check", str(bad), "--all"])
+    assert done.exit_code == 1 and "coordinate" in done.stderr, done.output
