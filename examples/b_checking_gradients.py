@@ -125,6 +125,8 @@ def op_recipes() -> dict:
         "convert": (lambda x: bind("convert", bind("convert", x, dtype=gr.float32), dtype=gr.float64), [u(3, 4)],
                     {"h": 1e-3, "atol": 1e-3, "rtol": 1e-3}),
         "sum": (lambda x: bind("sum", x, axes=(0,), keepdims=True), [u(3, 4)], {}),
+        "prod": (lambda x: bind("prod", x, axes=(1,), keepdims=False), [away(3, 4)], {}),
+        "cumsum": (lambda x: bind("cumsum", x, axis=1, reverse=False), [u(3, 4)], {}),
         "max": (lambda x: bind("max", x, axes=(1,), keepdims=False), [spread(3, 4)], {}),
         "min": (lambda x: bind("min", x, axes=(0,), keepdims=True), [spread(3, 4)], {}),
         "matmul": (lambda a, b: bind("matmul", a, b), [u(2, 2, 3), u(2, 3, 2)], {}),
