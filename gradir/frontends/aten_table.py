@@ -694,5 +694,10 @@ TABLE: dict = {**ELEMENTWISE, **REDUCTIONS, **LINALG, **SHAPES, **CREATION, **NN
 
 
 def lookup(name: str, overload: str):
-    """The table entry for aten `name`.`overload` (the overload's own entry first), or None."""
-    return TABLE.get(f"{name}.{overload}") or TABLE.get(name)
+    """The table entry for aten `name`.`overload` (the overload's own entry first), or None. A view op's
+    `_copy` form (what functionalization on the make_fx path emits: `split_copy`, `view_copy`) is the
+    view op itself here: gradir values are immutable, so a view and a copy compute the same."""
+    entry = TABLE.get(f"{name}.{overload}") or TABLE.get(name)
+    if entry is None and name.endswith("_copy") and name not in ("_to_copy", "lift_fresh_copy"):
+        return lookup(name.removesuffix("_copy"), overload)
+    return entry

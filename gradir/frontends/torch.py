@@ -140,7 +140,7 @@ def _capture_make_fx(module, inputs) -> Captured:
 
     def run(pvals, bvals, *args):
         state = {**dict(zip(pnames, pvals)), **dict(zip(bnames, bvals))}
-        out = torch.func.functional_call(module, state, args)
+        out = torch.func.functional_call(module, state, args, tie_weights=False)  # tied names: both are given
         flat, spec = torch_pytree.tree_flatten(out)
         specs.append(spec)
         return flat, [state[n] for n in bnames]
