@@ -100,3 +100,12 @@ def test_check_takes_a_big_model_along_random_directions_and_finds_a_wrong_gradi
     assert done.exit_code == 1 and "direction" in done.stderr, done.output
     done = runner.invoke(app, ["check", str(bad), "--all"])
     assert done.exit_code == 1 and "coordinate" in done.stderr, done.output
+
+
+def test_the_diagrams_of_a_torch_model_cluster_by_module(tmp_path):
+    done = runner.invoke(app, ["trace", str(GPT), "--viz", "--out", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    for region in ("blocks.0", "blocks.1", "ln_f"):
+        assert (tmp_path / f"loss.backward.{region}.dot").exists(), region
+    block = (tmp_path / "loss.backward.blocks.0.dot").read_text()
+    assert all(f"cluster_sblocks.0.{m}" in block for m in ("attn", "ln1", "ln2", "mlp"))

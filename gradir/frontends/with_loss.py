@@ -20,25 +20,33 @@ def capture_with_loss(net, inputs: tuple, loss=None, n_inputs: int | None = None
     k = len(inputs) if n_inputs is None else n_inputs
 
     class WithLoss(torch.nn.Module):
+        """`net`'s children, parameters and buffers registered as its own (so names and module scopes are
+        `net`'s, with no prefix), running `net` and then the loss."""
+
         def __init__(self):
             super().__init__()
-            self.net = net
+            for name, child in net.named_children():
+                self.add_module(name, child)
+            for name, p in net.named_parameters(recurse=False):
+                self.register_parameter(name, p)
+            for name, b in net.named_buffers(recurse=False):
+                self.register_buffer(name, b)
+            self.train(net.training)
 
         def forward(self, *xs):
             out = net(*xs[:k])
             return loss(out, *xs[k:]) if loss is not None else out
 
-    f, captured = from_torch(WithLoss(), *inputs)
-    full = {name.removeprefix("net."): name for name in captured}  # the wrapper adds "net." to every name
+    f, params = from_torch(WithLoss(), *inputs)
 
     def loss_of(params, *inputs):
-        return f({full[name]: value for name, value in params.items()}, *inputs)
+        return f(params, *inputs)
 
     # its arguments named as the forward and the loss name theirs (the IR's input names)
     names = _positional_names(net.forward, k) + _positional_names(loss, len(inputs) - k, skip=1)
     loss_of.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in ["params", *names]])
-    return loss_of, {name: captured[f_name] for name, f_name in full.items()}
+    return loss_of, params
 
 
 def _positional_names(fn, count: int, skip: int = 0) -> list[str]:
