@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from test_ops import check_jvp, check_second_order  # the same JVP and Hessian-vector oracles
 
 import gradir as gr
 from gradir.errors import ShapeError, UnsupportedOpError
@@ -50,31 +51,6 @@ def check_vjp(gfn, tfn, args, rng, rtol=RTOL, atol=ATOL):
     assert len(got) == len(args)
     for g, w, a in zip(got, want, args):
         assert_close(g, np.zeros(np.shape(a)) if w is None else w.numpy(), rtol, atol)
-
-
-def check_jvp(gfn, args, rng, h=1e-6):
-    """gr.jvp's tangent against a central difference along the same random direction."""
-    tangents = tuple(rng.standard_normal(np.shape(a)) for a in args)
-    out, tan = gr.jvp(gfn, tuple(args), tangents)
-
-    def at(s):
-        return [np.asarray(o, dtype=np.float64) for o in _flat(gfn(*[a + s * t for a, t in zip(args, tangents)]))]
-
-    for o, t, plus, minus in zip(_flat(out), _flat(tan), at(h), at(-h)):
-        assert np.shape(o) == np.shape(t) == plus.shape
-        assert_close(t, (plus - minus) / (2 * h), rtol=1e-6, atol=1e-7)
-
-
-def check_second_order(gfn, tfn, x, rng):
-    """Hessian-vector product: grad of <grad <f, w>, v> against torch double backward."""
-    w = rng.standard_normal(np.shape(tfn(_leaf(x)).detach().numpy()))
-    v = rng.standard_normal(np.shape(x))
-    got = gr.grad(lambda x: gr.sum(gr.grad(lambda x: gr.sum(gfn(x) * w))(x) * v))(x)
-    tx = _leaf(x)
-    (g,) = torch.autograd.grad((tfn(tx) * torch.from_numpy(w)).sum(), tx, create_graph=True)
-    inner = (g * torch.from_numpy(v)).sum()
-    want = torch.autograd.grad(inner, tx)[0] if inner.requires_grad else torch.zeros_like(tx)
-    assert_close(got, want.numpy(), rtol=1e-9, atol=1e-11)
 
 
 @pytest.fixture
