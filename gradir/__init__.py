@@ -16,6 +16,7 @@ from gradir.ops import __all__ as _ops_all
 from gradir.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
 from gradir.tensor import Tensor, enable_grad, no_grad  # noqa: F401 - the eager front door
 from gradir.trace import scope
+from gradir.train import train  # noqa: F401 - gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)
 
 __version__ = "0.1.0"
 
