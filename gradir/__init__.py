@@ -4,7 +4,7 @@
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
-from gradir import checks, display, dtypes, errors, nn  # noqa: F401 - the gr.checks and gr.nn namespaces
+from gradir import checks, display, dtypes, errors, nn, optim  # noqa: F401 - the gr.checks, gr.nn, gr.optim namespaces
 from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.cache import clear_caches
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
