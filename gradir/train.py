@@ -45,6 +45,7 @@ from gradir.pytree import TreeDef, tree_flatten_with_path, tree_unflatten
 FORMAT = "gradir.train checkpoint"
 VERSION = 1
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+MAX_POINTS = 2000  # loss points a plot draws; longer histories are drawn per bin of steps
 
 
 class CheckpointError(GradirError):
@@ -221,6 +222,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     truncated, another kind of .npz)."""
     path = Path(path)
     try:
+        if not zipfile.is_zipfile(path):  # np.load would take any other bytes for a pickle and say so: not the point
+            raise zipfile.BadZipFile
         with np.load(path, allow_pickle=False) as z:
             if "meta" not in z.files:
                 raise ValueError("it has no 'meta' record")
@@ -287,7 +290,13 @@ def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = N
         fig = Figure(figsize=(7, 4), layout="constrained")
         ax = fig.add_subplot()
         if losses:
-            steps, values = zip(*losses)
+            steps, values = np.array([k for k, _ in losses]), np.array([v for _, v in losses], dtype=np.float64)
+            if len(steps) > MAX_POINTS:  # per-bin mean with its min-max band: a small file, noise and spikes still seen
+                bins = np.array_split(np.arange(len(steps)), MAX_POINTS)
+                with np.errstate(all="ignore"):
+                    lo, hi = (np.array([f(values[b]) for b in bins]) for f in (np.min, np.max))
+                    steps, values = np.array([steps[b].mean() for b in bins]), np.array([values[b].mean() for b in bins])
+                ax.fill_between(steps, lo, hi, color="tab:blue", alpha=0.2, lw=0)
             ax.plot(steps, values, lw=1, color="tab:blue", label="training loss")
         series: dict[str, list] = {}
         for k, v in evals:
@@ -296,8 +305,8 @@ def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = N
         for i, (name, pts) in enumerate(series.items()):
             xs, ys = zip(*pts)
             ax.plot(xs, ys, "o-", ms=4, lw=1, color=f"C{(i + 1) % 10}", label=name)
-        values = [v for _, v in losses] + [x for pts in series.values() for _, x in pts]
-        finite = [v for v in values if np.isfinite(v)]
+        drawn = [v for _, v in losses] + [x for pts in series.values() for _, x in pts]
+        finite = [v for v in drawn if np.isfinite(v)]
         if finite and min(finite) > 0 and max(finite) / min(finite) > 100:  # decades of progress read best on a log axis
             ax.set_yscale("log")
         ax.set_xlabel("step")
@@ -355,7 +364,7 @@ class _Progress:
 
     def print(self, text: str) -> None:
         if self.bar is not None:
-            self.bar.console.print(text, markup=False, highlight=False)
+            self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)  # paths stay whole
 
     def stop(self) -> None:
         if self.bar is not None:
@@ -428,7 +437,7 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         nonlocal saved_at
         if ck_path is not None and saved_at != step_done:
             save_checkpoint(ck_path, params, state, step_done, losses, evals,
-                            extra={"optimizer": type(opt).__name__, "loss": getattr(loss, "__name__", "loss")})
+                            extra={"optimizer": repr(opt), "loss": getattr(loss, "__name__", "loss")})
             saved_at = step_done
         if plot_path is not None:
             plot_losses(plot_path, losses, evals)
@@ -456,6 +465,8 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         bar.stop()
         if k > start:  # keep the finished steps: rerunning with resume=True continues from here
             save(k)
+            if ck_path is not None:
+                bar.print(f"interrupted at step {k}; checkpoint {ck_path} holds it (resume=True continues from there)")
         raise
     finally:
         bar.stop()
