@@ -276,7 +276,7 @@ def test_a_failed_save_leaves_no_temporary_file_and_keeps_the_old_checkpoint(tmp
         f.write(b"PK\x03\x04 half an archive")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("gradir.train.np.savez", failing_savez)
+    monkeypatch.setattr(np, "savez", failing_savez)  # by object: "gradir.train" on the package is the function
     with pytest.raises(OSError, match="No space left"):
         gr.train(mlp_loss, params, StandInSGD(0.1), batch, steps=4, checkpoint=path, progress=False, backend="numpy")
     assert [p.name for p in tmp_path.iterdir()] == ["keep.npz"] and path.read_bytes() == before
