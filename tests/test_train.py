@@ -27,13 +27,11 @@ class StandInSGD:
 
 
 def _optimizers():
-    opts = [pytest.param(lambda: StandInSGD(0.1), id="stand-in-sgd")]
-    try:
-        from gradir import optim
-    except ImportError:
-        return opts
-    return opts + [pytest.param(lambda: optim.adam(lr=0.02), id="adam"),
-                   pytest.param(lambda: optim.sgd(lr=0.05, momentum=0.9), id="sgd-momentum")]
+    return [pytest.param(lambda: StandInSGD(0.1), id="stand-in-sgd"),  # any object with init/update will do
+            pytest.param(lambda: gr.optim.adam(lr=0.02), id="adam"),
+            pytest.param(lambda: gr.optim.sgd(lr=0.05, momentum=0.9), id="sgd-momentum"),
+            pytest.param(lambda: gr.optim.adamw(lr=gr.optim.cosine(0.02, total_steps=20, warmup_steps=3)),
+                         id="adamw-cosine")]  # a schedule reads the state's step count: resumed exactly too
 
 
 OPTIMIZERS = _optimizers()
@@ -235,7 +233,7 @@ def test_bad_plot_extension_fails_before_training(tmp_path):
     assert calls == []
 
 
-@pytest.mark.parametrize("make_opt", OPTIMIZERS)
+@pytest.mark.parametrize("make_opt", OPTIMIZERS[:3])  # not the 20-step cosine schedule: its lr is 0 after step 20
 def test_the_loss_falls_on_least_squares(make_opt):
     rng = np.random.default_rng(4)
     A = rng.normal(size=(32, 4))
