@@ -448,9 +448,10 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
     try:
         for batch in source:
             value, new_params, new_state = step_fn(params, state, *_as_args(batch))
-            params, state = new_params, new_state  # together, after the step: a Ctrl-C never splits them
             losses.append((k, float(value)))
-            k += 1
+            # one statement: Python acts on Ctrl-C at calls and loop jumps, never inside it, so params, state and
+            # k always agree; a loss appended for a step not committed yet is dropped below
+            params, state, k = new_params, new_state, k + 1
             bar.update(k, losses[-1][1])
             if eval_fn is not None and every and k % every == 0:
                 evals.append((k, _eval_value(eval_fn(params))))
@@ -463,6 +464,7 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         save(k)
     except KeyboardInterrupt:
         bar.stop()
+        del losses[first + k - start:]
         if k > start:  # keep the finished steps: rerunning with resume=True continues from here
             save(k)
             if ck_path is not None:
