@@ -115,7 +115,7 @@ def _leaves(grads, params, op: str):
 def _like(x, leaf):
     """A 0-d scalar (an lr from a schedule, a bias correction) in `leaf`'s dtype: torch applies such numbers
     as scalars of the parameter's dtype, and NumPy's rules would otherwise promote a float32 parameter."""
-    if isinstance(x, (int, float)):
+    if isinstance(x, (int, float)) and not isinstance(x, np.generic):  # np.float64 is a float, but not weak
         return x  # a Python number is weakly typed already
     return astype(x, _dtype(leaf))
 
@@ -130,6 +130,16 @@ def _lerp(a, b, w: float):
     if abs(w) < 0.5:
         return a + w * (b - a)
     return b - (b - a) * (1 - w)
+
+
+def _arrays(update):
+    """`update`, whose eager results are all NumPy arrays: NumPy arithmetic gives 0-d results back as scalars
+    (np.float64), and a state of one kind of leaf is simpler to save, load and compare."""
+    def wrapper(grads, state, params):
+        out = update(grads, state, params)
+        leaves, tree = tree_flatten(out)
+        return out if is_traced(*leaves) else tree_unflatten(tree, [np.asarray(x) for x in leaves])
+    return wrapper
 
 
 def _flat_state(state, key):
@@ -178,7 +188,7 @@ def sgd(lr, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float =
             new_state["momentum"] = tree_unflatten(tree, new_b)
         return tree_unflatten(tree, new_p), new_state
 
-    return Optimizer(init, update, "sgd", dict(lr=lr, momentum=momentum, dampening=dampening,
+    return Optimizer(init, _arrays(update), "sgd", dict(lr=lr, momentum=momentum, dampening=dampening,
                                               weight_decay=weight_decay, nesterov=nesterov))
 
 
@@ -238,7 +248,7 @@ def rmsprop(lr=1e-2, alpha: float = 0.99, eps: float = 1e-8, momentum: float = 0
             new_state["momentum"] = tree_unflatten(tree, out["momentum"])
         return tree_unflatten(tree, out["p"]), new_state
 
-    return Optimizer(init, update, "rmsprop", dict(lr=lr, alpha=alpha, eps=eps, momentum=momentum, centered=centered,
+    return Optimizer(init, _arrays(update), "rmsprop", dict(lr=lr, alpha=alpha, eps=eps, momentum=momentum, centered=centered,
                                                    weight_decay=weight_decay))
 
 
@@ -283,7 +293,7 @@ def _adam(name: str, lr, b1: float, b2: float, eps: float, weight_decay: float, 
         return tree_unflatten(tree, new_p), {"step": step, "exp_avg": tree_unflatten(tree, new_m),
                                              "exp_avg_sq": tree_unflatten(tree, new_v)}
 
-    return Optimizer(init, update, name, dict(lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+    return Optimizer(init, _arrays(update), name, dict(lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
 
 
 def adam(lr=1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0) -> Optimizer:
