@@ -18,6 +18,8 @@ State layout (a dict; the same keys, in the same order, for the same optimizer s
 saved to .npz and loaded back):
 
 - ``"step"``: 0-d int64, the number of updates done so far (0 after `init`).
+  (Eagerly every leaf is a NumPy array; a function compiled by gr.compile gives 0-d results back as
+  NumPy scalars, np.int64 here, as it does for every 0-d output. Either kind goes back in unchanged.)
 - one entry per moment, each a pytree shaped like `params` (same structure, shapes, dtypes):
   sgd ``"momentum"`` (when momentum != 0); rmsprop ``"square_avg"``, ``"grad_avg"`` (centered),
   ``"momentum"`` (momentum > 0); adam / adamw ``"exp_avg"``, ``"exp_avg_sq"`` (torch's names).
@@ -63,8 +65,9 @@ class Optimizer:
     hyperparams: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={getattr(v, '__name__', v)!r}" if callable(v) else f"{k}={v!r}"
-                         for k, v in self.hyperparams.items())
+        # a schedule prints as the call that made it (its __name__), not as a function object
+        args = ", ".join(f"{k}={v.__name__}" if callable(v) and not isinstance(v, Optimizer) and hasattr(v, "__name__")
+                         else f"{k}={v!r}" for k, v in self.hyperparams.items())
         return f"gr.optim.{self.name}({args})"
 
 
@@ -320,7 +323,7 @@ def step_lr(lr: float, step_size: int, gamma: float = 0.1) -> Schedule:
 
     def schedule(count):
         return lr * power(gamma, floor(count / step_size))
-    schedule.__name__ = f"step_lr({lr}, {step_size}, {gamma})"
+    schedule.__name__ = f"gr.optim.step_lr({lr!r}, {step_size!r}, {gamma!r})"
     return schedule
 
 
@@ -331,7 +334,7 @@ def linear_lr(lr: float, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
 
     def schedule(count):
         return lr * (start_factor + (end_factor - start_factor) * minimum(count, total_iters) / total_iters)
-    schedule.__name__ = f"linear_lr({lr}, {start_factor}, {end_factor}, {total_iters})"
+    schedule.__name__ = f"gr.optim.linear_lr({lr!r}, {start_factor!r}, {end_factor!r}, {total_iters!r})"
     return schedule
 
 
@@ -361,7 +364,7 @@ def cosine(lr: float, total_steps: int, min_lr: float = 0.0, warmup_steps: int =
         if not warmup_steps:
             return decayed
         return where(less(count, warmup_steps), lr * count / warmup_steps, decayed)
-    schedule.__name__ = f"cosine({lr}, {total_steps}, {min_lr}, {warmup_steps})"
+    schedule.__name__ = f"gr.optim.cosine({lr!r}, {total_steps!r}, {min_lr!r}, {warmup_steps!r})"
     return schedule
 
 

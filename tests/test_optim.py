@@ -257,6 +257,9 @@ def test_errors():
     with pytest.raises(ShapeError, match="shape"):
         opt.update({**P0, "b": np.ones(4)}, opt.init(P0), P0)
     assert repr(gr.optim.adam(1e-3)) == "gr.optim.adam(lr=0.001, b1=0.9, b2=0.999, eps=1e-08, weight_decay=0.0)"
+    assert repr(gr.optim.chain(gr.optim.clip(1.0), gr.optim.sgd(gr.optim.step_lr(0.1, 3)))) == (
+        "gr.optim.chain(clip=gr.optim.clip(max_norm=1.0), sgd=gr.optim.sgd(lr=gr.optim.step_lr(0.1, 3, 0.1), momentum=0.0, "
+        "dampening=0.0, weight_decay=0.0, nesterov=False))")
 
 
 # -- inside gr.compile ------------------------------------------------------------------------------
