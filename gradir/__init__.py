@@ -16,7 +16,7 @@ from gradir.ops import __all__ as _ops_all
 from gradir.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
 from gradir.tensor import Tensor, enable_grad, no_grad  # noqa: F401 - the eager front door
 from gradir.trace import scope
-from gradir.train import train  # noqa: F401 - gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)
+from gradir.train import train  # gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)
 
 __version__ = "0.1.0"
 
@@ -24,5 +24,5 @@ display.install()  # _repr_svg_/_repr_html_ for notebooks
 
 __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "bfloat16", "bool_", "checkpoint", "clear_caches",
            "compile", "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "from_torch", "grad",
-           "int32", "int64", "jvp", "no_grad", "scope", "torch_saved", "trace", "trace_grad", "value_and_grad", "vjp",
-           *_ops_all]
+           "int32", "int64", "jvp", "no_grad", "optim", "scope", "torch_saved", "trace", "trace_grad", "train",
+           "value_and_grad", "vjp", *_ops_all]
