@@ -28,8 +28,8 @@
    stuck count depends on rounding: the same descent with the four examples summed in another order
    (rows permuted; mathematically the same loss and gradient), in float32, or in PyTorch, sticks on
    other seeds and other counts. PyTorch autograd in float32 (its default dtype) gives exactly the
-   course's 7/10. The step function is `gr.compile(gr.value_and_grad(loss))`; the update rules are
-   written out here.
+   course's 7/10. The step function is `gr.compile(gr.value_and_grad(loss))`; gradient descent is
+   written out, Adam is `gr.optim.adam`.
 
 Run:  python examples/f_training.py
 """
@@ -140,15 +140,12 @@ def gradient_descent(p: dict, steps: int = 2000, lr: float = 0.5, X=XOR_X, Y=XOR
 
 
 def adam(p: dict, steps: int = 2000, lr: float = 0.05, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
-    """PyTorch's Adam (torch.optim.Adam defaults besides lr): bias-corrected moments, eps outside the root."""
-    m = {k: np.zeros_like(v) for k, v in p.items()}
-    v = {k: np.zeros_like(x) for k, x in p.items()}
-    for t in range(1, steps + 1):
+    """Adam from `gr.optim` (torch.optim.Adam's update, operation by operation)."""
+    opt = gr.optim.adam(lr=lr, b1=b1, b2=b2, eps=eps)
+    state = opt.init(p)
+    for _ in range(steps):
         _, g = xor_step(p, XOR_X, XOR_Y)
-        for k in p:
-            m[k] = b1 * m[k] + (1 - b1) * g[k]
-            v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
-            p = p | {k: p[k] - lr * (m[k] / (1 - b1 ** t)) / (np.sqrt(v[k] / (1 - b2 ** t)) + eps)}
+        p, state = opt.update(g, state, p)
     return p
 
 
