@@ -22,7 +22,8 @@ copy adds the update computed in float32 (float32(0.0003)) and rounds to float32
 float32's exponent range (so tiny values survive) but only 8 bits of mantissa (gap 2^-7 above 1).
 
 Adam memory.  Parameters, gradients and Adam's two moments, all float32: 4 x 4 = 16 bytes per
-parameter, counted here from the inputs of a traced Adam step.
+parameter, read from the memory report of one traced training step with gr.optim.adam
+(gr.train.memory: parameters and optimizer state are the step's inputs, gradients its traced values).
 
 Run:  python examples/g_depth_and_number_formats.py
 """
@@ -80,17 +81,17 @@ def accumulate(steps: int = 2000, update: float = 0.0003) -> tuple[float, float]
     return float(w16), float(master)
 
 
-def adam_step(p, g, m, v, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
-    """One Adam update (bias correction omitted): new parameters and moments."""
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    return p - lr * m / (gr.sqrt(v) + eps), m, v
+def adam_memory():
+    """The memory report of one float32 training step of a small MLP with gr.optim.adam (gr.train.memory):
+    parameters, gradients and Adam's moments read off the traced step."""
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.standard_normal((16, 32)).astype(np.float32), "b1": np.zeros(32, np.float32),
+              "w2": rng.standard_normal((32, 4)).astype(np.float32), "b2": np.zeros(4, np.float32)}
+    x, y = rng.standard_normal((8, 16)).astype(np.float32), rng.integers(0, 4, 8)
 
-
-def adam_state_bytes(n: int = 1000) -> int:
-    """Bytes of a traced float32 Adam step's inputs (parameters, gradients, two moments)."""
-    graph = gr.trace(adam_step, *[np.zeros(n, np.float32) for _ in range(4)])
-    return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in graph.inputs))
+    def loss(p, x, y):
+        return gr.nn.cross_entropy(gr.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"], y)
+    return gr.train.memory(loss, params, gr.optim.adam(1e-3), x, y)
 
 
 def main(verbose: bool = True) -> dict:
@@ -141,11 +142,13 @@ def main(verbose: bool = True) -> dict:
     out["bf16"], out["bf16_gap"] = bf, gap
     say(f"bfloat16: 1e-8 -> {bf[1e-8]:.4e}, 1e-10 -> {bf[1e-10]:.4e}, gap above 1 = {gap:.7g}")
 
-    per_param = adam_state_bytes() / 1000
+    report = adam_memory()
+    per_param = report.bytes_per_parameter
     gib = GPT2_PARAMS * per_param / 2**30
     out["adam_bytes_per_param"], out["adam_gib"] = per_param, gib
-    say(f"Adam state (params + grads + m + v, float32): {per_param:g} bytes/parameter; "
-        f"{GPT2_PARAMS:,} parameters -> {gib:.3f} GiB")
+    say("Adam training memory, read off one traced float32 training step (gr.train.memory):")
+    say("  " + report.text().replace("\n", "\n  "))
+    say(f"  -> {per_param:g} bytes/parameter; {GPT2_PARAMS:,} parameters (GPT-2 small) -> {gib:.3f} GiB")
     return out
 
 

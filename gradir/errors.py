@@ -73,3 +73,7 @@ class InPlaceError(GradirError, RuntimeError):
 
 class BudgetError(GradirError, ValueError):
     """A memory budget below the smallest activation peak the recompute planner can reach."""
+
+
+class CheckpointError(GradirError):
+    """A training checkpoint that cannot be read, or does not fit the parameters / optimizer it is resumed with."""

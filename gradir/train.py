@@ -39,17 +39,14 @@ from typing import Any
 import numpy as np
 
 from gradir import api
-from gradir.errors import GradirError
+from gradir.errors import CheckpointError, GradirError
 from gradir.pytree import TreeDef, tree_flatten_with_path, tree_unflatten
+from gradir.step_memory import step_memory
 
 FORMAT = "gradir.train checkpoint"
 VERSION = 1
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 MAX_POINTS = 2000  # loss points a plot draws; longer histories are drawn per bin of steps
-
-
-class CheckpointError(GradirError):
-    """A training checkpoint that cannot be read, or does not fit the parameters / optimizer it is resumed with."""
 
 
 @dataclass
@@ -486,3 +483,4 @@ train.load_checkpoint = load_checkpoint
 train.plot_losses = plot_losses
 train.CheckpointError = CheckpointError
 train.TrainResult = TrainResult
+train.memory = step_memory
