@@ -1,0 +1,40 @@
+"""Teaching example F, makemore trained by gradir: one compiled step (value_and_grad, gr.optim.sgd with a step
+schedule, running BatchNorm statistics) whose first update equals the hand-written backward's, and whose loss
+falls in a short run. Needs ../shared/data/names.txt (skipped without it)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from examples_util import load
+
+STEPS = 600
+_CACHE: dict = {}
+
+
+@pytest.fixture
+def run(names_path):
+    """(figures, printed output), computed once (names_path is per test and skips when the data is absent)."""
+    if "run" not in _CACHE:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            figures = load("f_makemore_training").main(["--data", str(names_path), "--steps", str(STEPS)])
+        _CACHE["run"] = (figures, buf.getvalue())
+    return _CACHE["run"]
+
+
+def test_the_compiled_steps_first_update_is_the_hand_written_backwards(run):
+    f, _ = run
+    assert f["n_params"] == 12_297 and f["compiled_once"]
+    assert f["first_update_vs_hand"] < 1e-12  # SGD at lr 0.1 on the hand-derived gradients, the same batch
+
+
+def test_a_short_run_lowers_the_loss(run):
+    f, text = run
+    initial = np.log(27)  # a uniform guess over 27 symbols; the initialisation starts near it
+    assert f["first_losses"] > f["last_losses"] and f["last_losses"] < 0.9 * initial
+    assert f["eval"]["train"] < f["first_losses"] and f["eval"]["val"] < f["first_losses"]
+    assert "steps of one compiled training step" in text
