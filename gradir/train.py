@@ -23,12 +23,10 @@ as attributes of the function (`gr.train.load_checkpoint(path)`), since `gr.trai
 
 from __future__ import annotations
 
-import contextlib
 import io
 import itertools
 import json
 import os
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterable
@@ -40,6 +38,7 @@ import numpy as np
 
 from gradir import api
 from gradir.errors import CheckpointError, GradirError
+from gradir.fileio import write_atomic, write_atomic_with
 from gradir.pytree import TreeDef, tree_flatten_with_path, tree_unflatten
 from gradir.step_memory import step_memory
 
@@ -192,26 +191,8 @@ def save_checkpoint(path: str | os.PathLike, params, state, step: int, losses=()
               "history/step": np.array([k for k, _ in losses], dtype=np.int64),
               "history/loss": np.array([v for _, v in losses], dtype=np.float64),
               "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the name points at it: a crash keeps the old one
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    # flushed to disk before the name points at it: a crash keeps the previous checkpoint
+    return write_atomic_with(path, lambda f: np.savez(f, **arrays), durable=True)
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
@@ -278,8 +259,6 @@ def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = N
     `path` (.png, .svg or .pdf, by extension), written atomically."""
     from matplotlib import rc_context
     from matplotlib.figure import Figure
-
-    from gradir.fileio import write_atomic
 
     path = _check_plot_path(path)
     fmt = path.suffix.lower().lstrip(".")
