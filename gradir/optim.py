@@ -95,6 +95,12 @@ def _zeros_like(x):
     return np.zeros(x.shape, x.dtype)
 
 
+def _zeros_tree(params):
+    """A buffer per parameter, zero, in the parameters' structure (a moment, a momentum buffer)."""
+    leaves, tree = tree_flatten(params)
+    return tree_unflatten(tree, [_zeros_like(p) for p in leaves])
+
+
 def _step_zero(params):
     """The initial step count: a 0-d int64 (traced when `init` itself runs inside a trace)."""
     leaves, _ = tree_flatten(params)
@@ -164,10 +170,9 @@ def sgd(lr, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float =
            "nesterov momentum requires a momentum > 0 and zero dampening (as torch.optim.SGD)", "sgd")
 
     def init(params):
-        leaves, tree = tree_flatten(params)
         state = {"step": _step_zero(params)}
         if momentum != 0:
-            state["momentum"] = tree_unflatten(tree, [_zeros_like(p) for p in leaves])
+            state["momentum"] = _zeros_tree(params)
         return state
 
     def update(grads, state, params):
@@ -210,12 +215,11 @@ def rmsprop(lr=1e-2, alpha: float = 0.99, eps: float = 1e-8, momentum: float = 0
            "alpha, eps, momentum and weight_decay must be >= 0", "rmsprop")
 
     def init(params):
-        leaves, tree = tree_flatten(params)
-        state = {"step": _step_zero(params), "square_avg": tree_unflatten(tree, [_zeros_like(p) for p in leaves])}
+        state = {"step": _step_zero(params), "square_avg": _zeros_tree(params)}
         if centered:
-            state["grad_avg"] = tree_unflatten(tree, [_zeros_like(p) for p in leaves])
+            state["grad_avg"] = _zeros_tree(params)
         if momentum > 0:
-            state["momentum"] = tree_unflatten(tree, [_zeros_like(p) for p in leaves])
+            state["momentum"] = _zeros_tree(params)
         return state
 
     def update(grads, state, params):
@@ -264,10 +268,7 @@ def _adam(name: str, lr, b1: float, b2: float, eps: float, weight_decay: float, 
     _check(eps >= 0 and weight_decay >= 0, "eps and weight_decay must be >= 0", name)
 
     def init(params):
-        leaves, tree = tree_flatten(params)
-        return {"step": _step_zero(params),
-                "exp_avg": tree_unflatten(tree, [_zeros_like(p) for p in leaves]),
-                "exp_avg_sq": tree_unflatten(tree, [_zeros_like(p) for p in leaves])}
+        return {"step": _step_zero(params), "exp_avg": _zeros_tree(params), "exp_avg_sq": _zeros_tree(params)}
 
     def update(grads, state, params):
         gs, ps, tree = _leaves(grads, params, name)
