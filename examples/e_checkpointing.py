@@ -72,18 +72,44 @@ Block calls agree: 12 and 22 (PyTorch reruns whole blocks; gradir counts a block
 when the backward recomputes any node of it, here the last block of a segment only up to its relu).
 tests/test_example_e_checkpointing.py measures PyTorch's figures with saved_tensors_hooks.
 
-Run: python examples/e_checkpointing.py
+What "activation peak" counts. The table's peak is the memory plan of forward then backward in
+engine order, with what every plan holds alike left out: the inputs, the parameters and the
+program's results (the loss and the 48 gradients). Without recomputation it is 832 KiB, reached at
+backward step 15 (relu's rule in block 11): the 22 saved activations not yet read for the last time
+(x_1..x_11, r_0..r_10) and 4 backward buffers of 32x256 (the cotangent of x_12, which block 10 still
+reads; dr_11 = g @ W2^T; relu's mask as float32; the product being made): 26 x 32 KiB.
+e_saved_tensors_and_memory.py prints "engine order 6.05 MiB" for the same model: the memory plan
+with the results counted. The gradients pile up to the end of the backward, so that peak is at its
+last step, when no activation is left: 24 x 256 KiB + 24 x 1 KiB of gradients + one 32 KiB cotangent.
+
+With `--out DIR` it writes the memory timelines (activation peak) of no recomputation and of six
+uniform segments side by side, and the diagrams, plot and HTML report of the uniform-6 trace
+(recomputed nodes are marked), and prints their paths.
+
+Run: python examples/e_checkpointing.py [--out DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
+import pathlib
+import sys
 
 import numpy as np
 
 import gradir as gr
 from gradir.passes.report import human_bytes
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from e_saved_tensors_and_memory import (  # noqa: E402 - the companion example's readers of a memory plan
+    activation_plan,
+    parts_text,
+    peak_parts,
+    say,
+    write_trace_files,
+)
 
 WIDTH, BATCH, BLOCKS, SEGMENTS = 256, 32, 12, 6
 
@@ -215,13 +241,57 @@ def pytorch_saved(hidden=WIDTH, segments=None, input_requires_grad=False, square
             "block_calls": calls[0]}
 
 
-def main() -> dict:
+def what_the_peaks_count(params, x) -> dict:
+    """The activation peak of no recomputation taken apart, and the memory plan's peak of the same trace."""
+    j = gr.trace_grad(make_loss(), params, x)
+    act, mem = activation_plan(j), j.memory
+    parts = peak_parts(act)
+    say(f"What \"activation peak\" counts: the memory plan of forward then backward (engine order) without what "
+        f"every plan holds alike: the inputs, the parameters and the program's results (the loss and the "
+        f"{len(j.backward.outputs)} gradients). Without recomputation it is reached at "
+        f"{act.describe_step(act.peak_step)}, relu's rule in block 11: {parts_text(act.peak_bytes, parts)}. The "
+        f"saved ones are x_1..x_11 and r_0..r_10 (x_12 and r_11 have been read for the last time); the backward "
+        f"buffers are the cotangent of x_12 (block 10 still reads it), dr_11 = g @ W2^T, relu's mask as float32 "
+        f"and the product being made.", indent="")
+    print()
+    say(f"e_saved_tensors_and_memory.py prints \"engine order {human_bytes(mem.peak_bytes)}\" for the same model: "
+        f"the memory plan with the results counted. Gradients stay alive to the end, so that peak is at "
+        f"{mem.describe_step(mem.peak_step)}, the last, when no activation is left: "
+        f"{parts_text(mem.peak_bytes, peak_parts(mem))}.", indent="")
+    return {"activation_peak": act.peak_bytes, "activation_peak_at": act.where(act.peak_step),
+            "activation_peak_parts": parts, "memory_plan_peak": mem.peak_bytes,
+            "memory_plan_peak_at": mem.where(mem.peak_step), "memory_plan_peak_parts": peak_parts(mem)}
+
+
+def write_files(out, params, x) -> dict:
+    """The activation-peak timelines of no recomputation and of uniform-6 side by side, and the uniform-6
+    trace's diagrams, memory plot and HTML report, written into `out` (atomically); their paths printed."""
+    from gradir.viz.plots import memory_timeline
+
+    loss = make_loss()
+    none = gr.trace_grad(loss, params, x)
+    uniform = gr.trace_grad(loss, params, x, remat="uniform", segments=SEGMENTS)
+    path = memory_timeline({"no recomputation": activation_plan(none),
+                            f"uniform, {SEGMENTS} segments": activation_plan(uniform)},
+                           pathlib.Path(out) / "checkpointing.activation_timeline.svg",
+                           title="activation bytes live per step (results, inputs and parameters left out)")
+    print(f"   activation timelines, no recomputation vs uniform-{SEGMENTS}: {path}")
+    return {"activation_timeline": str(path), "uniform": write_trace_files(uniform, out, f"uniform{SEGMENTS}")}
+
+
+def main(out=None) -> dict:
+    """Print the figures (and, with `out`, write plots and diagrams there); return them."""
     params, x = make_params()
     print(f"{BLOCKS} residual MLP blocks x + relu(x @ W1 + b1) @ W2 + b2, width {WIDTH}, batch {BATCH}, float32; "
           "gradients of mean(x*x) with respect to the parameters:\n")
     rows = plans(params, x)
+    say("One row per recompute plan: what the backward keeps (saved activations, their bytes), what it computes "
+        "again (block calls, recomputed ops and their flops) and the activation peak that buys (what it counts: "
+        "below the table).", indent="")
     print_table(rows)
     figures = {"plans": rows}
+    print()
+    figures["peaks"] = what_the_peaks_count(params, x)
 
     print("\nWhat block 5 keeps in gradir (the saved-tensor report, no recomputation):")
     figures["block5_saves"] = what_one_block_saves(params, x)
@@ -249,8 +319,13 @@ def main() -> dict:
               "empty tensor per checkpointed segment, plausibly the placeholder some PyTorch releases' checkpoint saved).")
         figures["pytorch"] = {"same_model": same, "same_model_checkpointed": seg, "reference_model": ref,
                               "reference_model_checkpointed": ref_seg}
+    if out is not None:
+        print(f"\nFiles (--out {out}):")
+        figures["files"] = write_files(out, params, x)
     return figures
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", metavar="DIR", help="write memory timelines, diagrams and an HTML report into DIR")
+    main(ap.parse_args().out)

@@ -168,3 +168,37 @@ def test_pytorch_reference_figures_are_a_512_wide_hidden_layer(figures):
     assert round(ref["bytes"] / MiB, 2) == 13.91
     assert ref_seg["tensors"] == 5 + 2 * 5 + 1 and ref_seg["bytes"] == 5 * 32 * KiB + 2 * per_block + 32 * KiB == 2.5 * MiB
     assert ref_seg["block_calls"] == 22
+
+
+def test_what_the_activation_peak_counts(figures):
+    # results (loss, 48 gradients), inputs and parameters left out; at block 11's relu rule (backward step 15)
+    # x_1..x_11 and r_0..r_10 are still saved (22) with 4 backward buffers: dx_12, dr_11, relu's mask, the product
+    p = figures["peaks"]
+    assert p["activation_peak"] == (22 + 4) * ACT == 832 * KiB == figures["plans"]["none"]["peak_bytes"]
+    assert p["activation_peak_at"] == "backward step 15"
+    assert p["activation_peak_parts"] == [
+        {"what": "saved activation", "type": "f32[32,256]", "count": 22, "bytes_each": ACT},
+        {"what": "backward temporary", "type": "f32[32,256]", "count": 4, "bytes_each": ACT}]
+    # e_saved_tensors_and_memory.py's "engine order 6.05 MiB": the memory plan with the results counted, at the
+    # last of the 184 backward steps: 24 weight gradients of 256x256, 24 bias gradients of 256, one cotangent
+    assert p["memory_plan_peak"] == 24 * 256 * 256 * 4 + 24 * 256 * 4 + ACT == 6_348_800
+    assert p["memory_plan_peak_at"] == "backward step 183"
+    assert [(r["what"], r["count"], r["bytes_each"]) for r in p["memory_plan_peak_parts"]] == [
+        ("gradient", 24, 256 * KiB), ("gradient", 24, KiB), ("backward temporary", 1, ACT)]
+
+
+def test_out_writes_the_timelines_and_diagrams(example, tmp_path, capsys):
+    import shutil
+
+    params, x = example.make_params()
+    files = example.write_files(tmp_path, params, x)
+    printed = capsys.readouterr().out
+    timeline = tmp_path / "checkpointing.activation_timeline.svg"
+    assert files["activation_timeline"] == str(timeline) and "<svg" in timeline.read_text()
+    for key in ("html", "memory.svg", "backward.dot", "joint.dot"):
+        assert (tmp_path / f"uniform6.{key}").is_file()
+    assert str(timeline) in printed and files["uniform"]["html"] in printed
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))  # atomic writes
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot program is not installed: only the .dot sources are written")
+    assert "<svg" in (tmp_path / "uniform6.backward.svg").read_text()
