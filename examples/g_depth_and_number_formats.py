@@ -21,9 +21,13 @@ step and rounds to float16 (below half the gap 2^-10 above 1, so nothing changes
 copy adds the update computed in float32 (float32(0.0003)) and rounds to float32. bfloat16 has
 float32's exponent range (so tiny values survive) but only 8 bits of mantissa (gap 2^-7 above 1).
 
+The same dynamic scaler then runs inside a compiled training step (gr.amp.mixed_precision): float32
+master weights, the loss computed in float16, a skipped step on overflow.
+
 Adam memory.  Parameters, gradients and Adam's two moments, all float32: 4 x 4 = 16 bytes per
 parameter, read from the memory report of one traced training step with gr.optim.adam
 (gr.train.memory: parameters and optimizer state are the step's inputs, gradients its traced values).
+In mixed precision the float16 copy of the weights adds 2: 18 bytes per parameter.
 
 Run:  python examples/g_depth_and_number_formats.py
 """
@@ -81,9 +85,9 @@ def accumulate(steps: int = 2000, update: float = 0.0003) -> tuple[float, float]
     return float(w16), float(master)
 
 
-def adam_memory():
-    """The memory report of one float32 training step of a small MLP with gr.optim.adam (gr.train.memory):
-    parameters, gradients and Adam's moments read off the traced step."""
+def adam_memory(opt=None):
+    """The memory report of one float32 training step of a small MLP with gr.optim.adam, or `opt`
+    (gr.train.memory): parameters, gradients and Adam's moments read off the traced step."""
     rng = np.random.default_rng(0)
     params = {"w1": rng.standard_normal((16, 32)).astype(np.float32), "b1": np.zeros(32, np.float32),
               "w2": rng.standard_normal((32, 4)).astype(np.float32), "b2": np.zeros(4, np.float32)}
@@ -91,7 +95,22 @@ def adam_memory():
 
     def loss(p, x, y):
         return gr.nn.cross_entropy(gr.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"], y)
-    return gr.train.memory(loss, params, gr.optim.adam(1e-3), x, y)
+    return gr.train.memory(loss, params, opt or gr.optim.adam(1e-3), x, y)
+
+
+def compiled_scaler(steps: int = 6) -> tuple[list[float], list[int], dict]:
+    """The dynamic scaler inside a compiled training step (gr.amp.mixed_precision over gr.optim.sgd): weights
+    [w0, w1] float32 masters, loss 2.0 * w0 + (1e-4 * w1) * 1e-4 computed in float16, so the gradients are
+    {2.0, 1e-8}. Returns the loss scale used at each step, the cumulative skipped steps and the final state."""
+    opt = gr.amp.mixed_precision(gr.optim.sgd(0.1), "float16")
+    step = gr.train.train_step(lambda p: p[0] * 2.0 + (p[1] * 1e-4) * 1e-4, opt)
+    params, state = np.ones(2, np.float32), opt.init(np.ones(2, np.float32))
+    scales, skipped = [], []
+    for _ in range(steps):
+        scales.append(float(state["loss_scale"]))
+        _, params, state = step(params, state)
+        skipped.append(int(state["skipped"]))
+    return scales, skipped, state
 
 
 def main(verbose: bool = True) -> dict:
@@ -132,6 +151,14 @@ def main(verbose: bool = True) -> dict:
     say(f"dynamic scaler (halve on overflow) for grads {{2.0, 1e-8}}: {' -> '.join(f'{s:g}' for s in dict.fromkeys(history))}"
         f", settles at {final:g}; 1e-8 recovered as {out['dynamic_recovered_1e-8']:.3e}")
 
+    scales, skipped, _ = compiled_scaler()
+    out["compiled_scales"], out["compiled_skipped"] = scales, skipped
+    say("The same scaler inside one compiled training step (gr.amp.mixed_precision(gr.optim.sgd(0.1), 'float16')):")
+    say("  step  loss scale  skipped so far")
+    for k, (sc, sk) in enumerate(zip(scales, skipped)):
+        say(f"  {k:4d}  {sc:10g}  {sk:14d}")
+    say("  an overflowing step changes neither the weights nor the optimizer's step count; only the scale halves.")
+
     w16, master = accumulate()
     out["pure_fp16_weight"], out["fp32_master_weight"] = w16, master
     say(f"1.0 + 0.0003 x 2000: pure float16 weight {w16:.4f}, float32 master {master:.4f}")
@@ -149,6 +176,12 @@ def main(verbose: bool = True) -> dict:
     say("Adam training memory, read off one traced float32 training step (gr.train.memory):")
     say("  " + report.text().replace("\n", "\n  "))
     say(f"  -> {per_param:g} bytes/parameter; {GPT2_PARAMS:,} parameters (GPT-2 small) -> {gib:.3f} GiB")
+    mixed = adam_memory(gr.amp.mixed_precision(gr.optim.adam(1e-3), "float16"))
+    out["mixed_bytes_per_param"] = mixed.bytes_per_parameter
+    say("The same step in mixed precision (float16 compute, float32 master weights and moments):")
+    say("  " + mixed.text().replace("\n", "\n  "))
+    say(f"  -> {mixed.bytes_per_parameter:g} bytes/parameter: the float16 copy of the weights the forward computes "
+        "with is the extra 2 (the gradients of the float32 masters arrive in float32)")
     return out
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from gradir import dtypes
+from gradir import api, dtypes
 from gradir.errors import GradirError, ShapeError
 from gradir.ir import Value
 from gradir.ops import add, astype, cos, equal, floor, less, minimum, power, sqrt, sum, where, zeros
@@ -47,7 +47,7 @@ from gradir.pytree import tree_flatten, tree_unflatten
 from gradir.trace import is_traced, user_source
 
 __all__ = ["Optimizer", "adam", "adamw", "chain", "clip", "clip_by_global_norm", "cosine", "global_norm", "linear_lr",
-           "linear_warmup", "rmsprop", "sgd", "step_lr"]
+           "linear_warmup", "loss_and_grads", "rmsprop", "sgd", "step_lr"]
 
 Schedule = Callable[[Any], Any]
 
@@ -63,12 +63,26 @@ class Optimizer:
     update: Callable[[Any, dict, Any], tuple[Any, dict]]
     name: str = "optimizer"
     hyperparams: dict = field(default_factory=dict)
+    # How a training step differentiates the loss for this optimizer: ``gradients(loss)`` returns
+    # ``(params, state, *batch) -> (loss value, grads)``. None: gr.value_and_grad(loss) with respect to the
+    # parameters. gr.amp.mixed_precision casts and scales the loss here (see `loss_and_grads`).
+    gradients: Callable[[Callable], Callable] | None = None
 
     def __repr__(self) -> str:
         # a schedule prints as the call that made it (its __name__), not as a function object
         args = ", ".join(f"{k}={v.__name__}" if callable(v) and not isinstance(v, Optimizer) and hasattr(v, "__name__")
                          else f"{k}={v!r}" for k, v in self.hyperparams.items())
         return f"gr.optim.{self.name}({args})"
+
+
+def loss_and_grads(loss: Callable, opt) -> Callable:
+    """The first half of a training step with `opt`: ``(params, state, *batch) -> (loss value, grads)``, the
+    gradient of ``loss(params, *batch)`` with respect to `params` (or what `opt.gradients` makes of it)."""
+    hook = getattr(opt, "gradients", None)
+    if hook is not None:
+        return hook(loss)
+    value_and_grad = api.value_and_grad(loss)  # made once: eager calls then reuse its traced graph
+    return lambda params, state, *batch: value_and_grad(params, *batch)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -411,6 +425,8 @@ def chain(*transforms: Optimizer) -> Optimizer:
     (``{"clip": {}, "adam": {...}}``; a repeated name gets a numeric suffix)."""
     _check(len(transforms) >= 1 and all(isinstance(t, Optimizer) for t in transforms),
            "chain takes one or more gr.optim transformations, the optimizer last", "chain")
+    _check(all(t.gradients is None for t in transforms), "a transformation that changes how the loss is "
+           "differentiated (gr.amp.mixed_precision) goes outside the chain: mixed_precision(chain(...))", "chain")
     keys: list[str] = []
     for t in transforms:
         key, n = t.name, 1

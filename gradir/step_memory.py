@@ -5,8 +5,9 @@ update, as `gr.train` compiles it) is traced once, its gradients recorded as the
 report reads every figure off that graph's values: the parameters and optimizer state it takes, the
 gradients it computes (their dtypes as traced, so a mixed-precision step shows its own), and the
 memory plan of the step's own buffers. "Bytes per parameter" counts parameters, gradients and the
-optimizer's per-parameter state (Adam's two moments in float32: 4 + 4 + 8 = 16); scalar state such
-as the step count is listed apart.
+optimizer's per-parameter state (Adam's two moments in float32: 4 + 4 + 8 = 16) and, in mixed precision
+(`gr.amp`), the float16 or bfloat16 copies of the weights the step computes with (+2: 18); scalar state
+such as the step count or the loss scale is listed apart.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradir import api
+from gradir import api, dtypes
+from gradir.optim import loss_and_grads
 from gradir.passes.memory import plan_memory
 from gradir.passes.report import Report, human_bytes
 from gradir.passes.text_table import Column
@@ -35,8 +37,8 @@ class StepMemory(Report):
     @property
     def bytes_per_parameter(self) -> float:
         """Parameters, gradients and per-parameter optimizer state, over the parameter count."""
-        kept = ("parameters", "gradients", "optimizer state")
-        return sum(self.categories[c][1] for c in kept) / self.parameters if self.parameters else 0.0
+        kept = ("parameters", "gradients", "optimizer state", "low-precision parameter copies")
+        return sum(self.categories.get(c, (0, 0))[1] for c in kept) / self.parameters if self.parameters else 0.0
 
     def to_dict(self) -> dict:
         return {"optimizer": self.optimizer, "parameters": self.parameters, "bytes_per_parameter": self.bytes_per_parameter,
@@ -57,8 +59,9 @@ class StepMemory(Report):
                 for name, (n, b) in self.categories.items()]
 
     def _notes(self) -> list[str]:
-        return [f"bytes per parameter: parameters, gradients and the optimizer's per-parameter state; the "
-                f"optimizer's scalars (its step count) are apart. The compiled step's own buffers (activations, "
+        return [f"bytes per parameter: parameters, gradients, the optimizer's per-parameter state and any "
+                f"low-precision copies of the weights; the "
+                f"optimizer's scalars (step count, loss scale) are apart. The compiled step's own buffers (activations, "
                 f"gradients, the new parameters and state; its inputs not counted) peak at "
                 f"{human_bytes(self.working_peak)} (its memory plan)."]
 
@@ -66,10 +69,10 @@ class StepMemory(Report):
 def step_memory(loss, params, opt, *batch) -> StepMemory:
     """The memory of one step of training `params` on `loss(params, *batch)` with optimizer `opt`
     (`gr.optim`), by category, read off the traced step (see the module docstring)."""
-    value_and_grad = api.value_and_grad(loss)
+    gradients = loss_and_grads(loss, opt)
 
     def step(params, state, *batch):  # the step gr.train compiles, with the gradients also returned
-        value, grads = value_and_grad(params, *batch)
+        value, grads = gradients(params, state, *batch)
         new_params, new_state = opt.update(grads, state, params)
         return value, new_params, new_state, grads
 
@@ -88,9 +91,20 @@ def step_memory(loss, params, opt, *batch) -> StepMemory:
 
     categories = {"parameters": total(p_in), "gradients": total(grads), "optimizer state": total(moments),
                   "optimizer scalars": total(scalars)}
+    copies = _low_precision_copies(graph, p_in)
+    if copies:
+        categories["low-precision parameter copies"] = total(copies)
     working = api.trace(lambda *a: step(*a)[:3], params, state, *batch)
     return StepMemory(getattr(opt, "name", type(opt).__name__), int(sum(np.size(x) for x in tree_flatten(params)[0])),
                       categories, plan_memory(working).peak_bytes)
+
+
+def _low_precision_copies(graph, params) -> list:
+    """The casts of parameters to a narrower float dtype that the step computes with (mixed precision's
+    float16 weights): memory the step holds besides the master copy."""
+    given = set(params)
+    return [n for n in graph.nodes if n.op == "convert" and n.inputs[0] in given
+            and dtypes.is_float(n.dtype) and n.dtype.itemsize < n.inputs[0].dtype.itemsize]
 
 
 def _shaped_like(tree, p_tree) -> list:

@@ -39,6 +39,7 @@ import numpy as np
 from gradir import api
 from gradir.errors import CheckpointError, GradirError
 from gradir.fileio import write_atomic, write_atomic_with
+from gradir.optim import loss_and_grads
 from gradir.pytree import TreeDef, tree_flatten_with_path, tree_unflatten
 from gradir.step_memory import step_memory
 
@@ -79,12 +80,13 @@ class TrainResult:
 
 def train_step(loss: Callable, opt, *, compile: bool = True, backend: str = "llvm") -> Callable:
     """The training step `(params, state, *batch) -> (loss, params, state)`: `gr.value_and_grad(loss)` with
-    respect to the parameters, then `opt.update`. Compiled by `gr.compile(backend=...)` into one program
-    (traced once per batch signature) unless `compile=False` (then it runs eagerly, op by op)."""
-    value_and_grad = api.value_and_grad(loss)  # made once: eager calls then reuse its traced graph
+    respect to the parameters (cast and loss-scaled for `gr.amp.mixed_precision`), then `opt.update`. Compiled
+    by `gr.compile(backend=...)` into one program (traced once per batch signature) unless `compile=False`
+    (then it runs eagerly, op by op)."""
+    gradients = loss_and_grads(loss, opt)
 
     def step(params, state, *batch):
-        value, grads = value_and_grad(params, *batch)
+        value, grads = gradients(params, state, *batch)
         params, state = opt.update(grads, state, params)
         return value, params, state
 

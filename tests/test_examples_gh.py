@@ -79,6 +79,9 @@ def test_g_loss_scaling(g):
             s /= 2
     assert s == f["dynamic_scale"] and f["dynamic_recovered_1e-8"] > 0
     assert "9.997e-09" in text and "settles at 16384" in text
+    # the compiled step (gr.amp) settles where the oracle does, skipping exactly the overflowing steps
+    assert f["compiled_scales"] == [65536.0, 32768.0] + [s] * 4
+    assert f["compiled_skipped"] == [1, 2, 2, 2, 2, 2]
 
 
 def test_g_accumulation_and_bf16(g):
@@ -97,6 +100,8 @@ def test_g_adam_memory(g):
     assert f["adam_bytes_per_param"] == 16
     assert round(f["adam_gib"], 3) == 1.854 == round(124_439_808 * 4 * 4 / 2**30, 3)
     assert "1.854 GiB" in text
+    assert f["mixed_bytes_per_param"] == 4 + 4 + 8 + 2  # plus the float16 copy of each weight
+    assert "18 bytes/parameter" in text
 
 
 # -- H ------------------------------------------------------------------------------------------------

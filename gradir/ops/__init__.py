@@ -17,6 +17,7 @@ from gradir.ops.elementwise import (
     greater,
     greater_equal,
     imag,
+    isfinite,
     less,
     less_equal,
     log,
@@ -72,7 +73,7 @@ from gradir.ops.update import setitem  # noqa: F401 - x[idx] = v as a pure op; r
 
 __all__ = [
     "abs", "add", "arange", "argmax", "argmin", "astype", "broadcast_to", "concatenate", "cos", "divide", "dot",
-    "equal", "erf", "exp", "expand_dims", "full", "getitem", "greater", "greater_equal", "imag", "less",
+    "equal", "erf", "exp", "expand_dims", "full", "getitem", "greater", "greater_equal", "imag", "isfinite", "less",
     "less_equal", "log", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max", "maximum", "mean",
     "min", "minimum", "multiply", "negative", "not_equal", "one_hot", "ones", "pad", "power", "real",
     "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "sin", "split", "sqrt", "square", "squeeze", "stack",

@@ -264,6 +264,15 @@ def square(x):
     return multiply(x, x)
 
 
+def isfinite(x):
+    """Elementwise test for a finite number, as numpy.isfinite (bool result): ``|x| < inf``, an ordered
+    comparison, so NaN and +-inf give False. Integers and bools are always finite."""
+    x = lift(x)
+    if not dtypes.is_inexact(x.dtype):
+        return equal(x, x)  # all True, in x's shape
+    return less(abs(x), math.inf)
+
+
 # -- where and convert ---------------------------------------------------------------------------
 def _where_infer(c, x, y):
     _same_type("where", x, y)
