@@ -40,7 +40,7 @@ from gradir.ir import Value
 from gradir.ops import abs, add, astype, greater_equal, less, max, maximum, where, zeros
 from gradir.optim import Optimizer, _arrays, _dtype
 from gradir.pytree import tree_flatten, tree_unflatten
-from gradir.trace import is_traced, user_source
+from gradir.trace import is_traced, quietly, user_source
 
 __all__ = ["all_finite", "cast_floats", "mixed_precision"]
 
@@ -119,7 +119,8 @@ def mixed_precision(opt: Optimizer, dtype="float16", loss_scale: str | float | N
         leaves, td = tree_flatten(grads)
         grads = tree_unflatten(td, [g / astype(scale, g.dtype) for g in leaves])
         finite = all_finite(grads)
-        new_params, new_inner = opt.update(grads, state[inner], params)
+        # eagerly (NumPy) a skipped step's inf arithmetic would warn; its results are discarded below
+        new_params, new_inner = quietly(opt.update, grads, state[inner], params)
         params, inner_state = (_keep_unless(finite, new, old) for new, old in ((new_params, params),
                                                                                 (new_inner, state[inner])))
         good = where(finite, add(state["good_steps"], 1), 0)

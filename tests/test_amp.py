@@ -21,7 +21,8 @@ def two_weights(w):
 
 
 def run(loss, params, opt, steps, *batch, backend="numpy"):
-    step = gr.train.train_step(loss, opt, backend=backend)
+    """`steps` training steps; the history holds (loss scale, params) before each. backend "eager": not compiled."""
+    step = gr.train.train_step(loss, opt, backend=backend, compile=backend != "eager")
     state = opt.init(params)
     history = []
     for _ in range(steps):
@@ -48,7 +49,8 @@ def torch_scaled(loss, params, steps, torch_opt, *batch, **scaler):
     return {k: w.detach().numpy() for k, w in ws.items()}, scales, grads
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", (*BACKENDS, "eager"))
+@pytest.mark.filterwarnings("error")  # a skipped step's inf arithmetic stays quiet, also eagerly
 def test_dynamic_scaler_skips_and_recovers_as_torch(backend):
     # 65536 and 32768 overflow on 2.0 (2 * 32768 = 65536 > 65504, float16's max): two skips, then 16384 holds;
     # after growth_interval=3 good steps it doubles to 32768, overflows, halves again: the same as GradScaler
