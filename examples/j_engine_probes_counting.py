@@ -170,7 +170,8 @@ def probes(params, tokens, targets) -> dict:
     along = float(DEC.loss_fn(moved(+1.0), tokens, targets))
     return {"loss": float(loss), "loss_example_i": float(DEC.loss_fn(params, tokens, targets)),
             "residual_norms": residual_norms, "tap_grads": [np.asarray(g) for g in tap_grads], "head_norms": heads,
-            "grads": grads, "grad_norm": gnorm, "loss_against": against, "loss_along": along,
+            "grads": grads, "grad_norm": gnorm, "norms_grow_downwards": all(
+                a > b for a, b in zip(residual_norms, residual_norms[1:])), "loss_against": against, "loss_along": along,
             "directional": (along - against) / (2 * STEP)}
 
 
@@ -317,6 +318,8 @@ def main(verbose: bool = True) -> dict:
     say("\n1. x = sin(w) used twice (branch A tanh, branch B exp), added, summed; w = [0.5, -1]. The backward "
         "program (scopes after @):")
     say(eng["backward"])
+    counts = " ".join(f"{n}:{c}" for n, c in eng["initial_counts"].items())
+    say(f"dependency counts at the start (operand edges owed; 0: ready): {counts}")
     say(eng["schedule"].text(width=100))
     dec = ", ".join(f"step {s} ({n}) -> {c}" for s, n, c in eng["acc_decrements"])
     say(f"x's gradient is accumulated by {eng['acc']} (initial count {eng['initial_counts'][eng['acc']]}: one per "
@@ -336,6 +339,12 @@ def main(verbose: bool = True) -> dict:
     say("   gradient norm at each residual state, top block first:")
     for k in reversed(range(len(STATES))):
         say(f"   {STATES[k]:22s} {pr['residual_norms'][k]:.6f}")
+    norms = pr["residual_norms"]
+    grows = all(a > b for a, b in zip(norms, norms[1:]))
+    say(("   here the norm grows at every step down from the top" if grows else
+         "   here the norms are not monotonic from the top down") + " (each residual state's gradient is the one "
+        "passing through the skip connection plus what the block above sends back, and nothing forces that sum "
+        "to grow; the course's GPT-2 run was not monotonic)")
     say("   per-head gradient-slice norms (rows of each head's 7 outputs):")
     say("   block  weight  " + "  ".join(f"head {h:<6d}" for h in range(DEC.HEADS)))
     for (i, w), norms in pr["head_norms"].items():
