@@ -31,16 +31,29 @@
    course's 7/10. The step function is `gr.compile(gr.value_and_grad(loss))`; gradient descent is
    written out, Adam is `gr.optim.adam`.
 
-Run:  python examples/f_training.py
+4. How one XOR step's backward runs: the backward program of the 2-4-1 loss at seed 0's
+   initialisation, its dependency-counted schedule step by step and the memory timeline of forward
+   then backward (float64: the hidden layer h is 4x4 = 128 B, the output 4x1 = 32 B).
+
+With `--out DIR` it writes the loss curves (gradient descent on seeds 0..9 and Adam on seed 0,
+one plot) and the XOR loss's diagrams, memory plot and HTML report (`j.render`), and prints their
+paths.
+
+Run:  python examples/f_training.py [--out DIR]
 """
 
 from __future__ import annotations
 
+import argparse
+import io
+import pathlib
 import random
+import textwrap
 
 import numpy as np
 
 import gradir as gr
+from gradir.passes.report import value_name
 
 # -- 1 and 2: accumulation and data parallelism ------------------------------------------------------
 
@@ -131,20 +144,26 @@ def xor_loss(p, X, Y):
 xor_step = gr.compile(gr.value_and_grad(xor_loss))
 
 
-def gradient_descent(p: dict, steps: int = 2000, lr: float = 0.5, X=XOR_X, Y=XOR_Y) -> dict:
+def gradient_descent(p: dict, steps: int = 2000, lr: float = 0.5, X=XOR_X, Y=XOR_Y, losses: list | None = None) -> dict:
+    """`losses`, if given, receives the loss before each step."""
     lr = np.asarray(lr, dtype=X.dtype)  # keeps a float32 run in float32
     for _ in range(steps):
-        _, g = xor_step(p, X, Y)
+        L, g = xor_step(p, X, Y)
+        if losses is not None:
+            losses.append(float(L))
         p = {k: p[k] - lr * g[k] for k in p}
     return p
 
 
-def adam(p: dict, steps: int = 2000, lr: float = 0.05, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+def adam(p: dict, steps: int = 2000, lr: float = 0.05, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+         losses: list | None = None):
     """Adam from `gr.optim` (torch.optim.Adam's update, operation by operation)."""
     opt = gr.optim.adam(lr=lr, b1=b1, b2=b2, eps=eps)
     state = opt.init(p)
     for _ in range(steps):
-        _, g = xor_step(p, XOR_X, XOR_Y)
+        L, g = xor_step(p, XOR_X, XOR_Y)
+        if losses is not None:
+            losses.append(float(L))
         p, state = opt.update(g, state, p)
     return p
 
@@ -165,9 +184,14 @@ def gradcheck_one_weight(seed: int = 0, h: float = 1e-5) -> dict:
             "h": h}
 
 
-def gd_finals(seeds, dtype=np.float64, order=(0, 1, 2, 3)) -> dict:
+def gd_finals(seeds, dtype=np.float64, order=(0, 1, 2, 3), curves: dict | None = None) -> dict:
+    """Final loss per seed; `curves`, if given, receives each seed's loss per step."""
     X, Y = XOR_X[list(order)].astype(dtype), XOR_Y[list(order)].astype(dtype)
-    return {s: float(xor_loss(gradient_descent(xor_init(s, dtype), X=X, Y=Y), X, Y)) for s in seeds}
+    out = {}
+    for s in seeds:
+        losses = curves.setdefault(s, []) if curves is not None else None
+        out[s] = float(xor_loss(gradient_descent(xor_init(s, dtype), X=X, Y=Y, losses=losses), X, Y))
+    return out
 
 
 def stuck_of(finals: dict) -> list:
@@ -204,9 +228,10 @@ def torch_gd_finals(seeds, dtype_name: str, batched: bool = True) -> dict | None
 
 def xor(seeds=range(10), variants: bool = True) -> dict:
     p0 = xor_init(0)
-    finals = gd_finals(seeds)
-    p = adam(xor_init(0))
-    out = {"n_params": sum(v.size for v in p0.values()), "step0_loss_seed0": float(xor_loss(p0, XOR_X, XOR_Y)),
+    curves = {"gradient descent": {}, "Adam": []}  # loss per step, for the plot --out writes
+    finals = gd_finals(seeds, curves=curves["gradient descent"])
+    p = adam(xor_init(0), losses=curves["Adam"])
+    out = {"curves": curves, "n_params": sum(v.size for v in p0.values()), "step0_loss_seed0": float(xor_loss(p0, XOR_X, XOR_Y)),
            "final_loss": finals, "stuck": stuck_of(finals), "n_stuck": len(stuck_of(finals)),
            "adam_seed0": {"gd_final": finals.get(0), "final": float(xor_loss(p, XOR_X, XOR_Y)),
                           "predictions": np.asarray(xor_forward(p, XOR_X)).tolist()},
@@ -222,7 +247,91 @@ def xor(seeds=range(10), variants: bool = True) -> dict:
     return out
 
 
-def main(verbose: bool = True) -> dict:
+# -- 4: how the XOR step's backward runs -----------------------------------------------------------
+
+
+def say(text: str, indent: str = "   ") -> None:
+    print(textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent))
+
+
+def xor_backward_story(seed: int = 0, verbose: bool = True):
+    """The backward schedule and memory timeline of xor_loss at the course's initialisation of `seed`.
+    Returns (figures, the GradTrace)."""
+    j = gr.trace_grad(xor_loss, xor_init(seed), XOR_X, XOR_Y)
+    sched, mem = j.schedule, j.memory
+    names = {v: f"%{k}" for k, v in enumerate(j.backward.all_values())}
+    owner = mem.owner
+    results = {owner[o] for o in mem.graph.outputs}
+    t = mem.peak_step
+    alive = [{"value": value_name(b.value, mem.graph), "op": b.value.op, "type": b.value.type_str,
+              "bytes": b.nbytes, "result": b.value in results, "read_last": b.end == t}
+             for b in mem.lifetimes if b.start <= t <= b.end]
+    waits_two = [names[n] for n, c in sched.initial_counts.items() if c == 2]
+    if verbose:
+        say("The backward program of the XOR loss (seed 0's initialisation; gradients for W1, b1, W2, b2; X and Y "
+            "are data). The schedule and the memory plan name its values %k:")
+        print("   " + str(j.backward).replace("\n", "\n   "))
+        say("The schedule: a node runs once its count (operands computed inside the backward and not yet run) "
+            "reaches 0; \"ready after\" is the queue the engine may run next, most recent forward op first. "
+            f"The nodes starting at count 2 ({', '.join(waits_two)}) wait for two backward results, e.g. the "
+            "cotangent from above and the local derivative (1 - h^2) of a tanh.")
+        print("   " + sched.text(width=100).replace("\n", "\n   "))
+        say("The memory timeline of forward then backward (float64, 8 B a number: h and the other 4x4 values are "
+            "128 B, the 4x1 output 32 B; inputs, parameters, 0-d values and views own nothing; gradients, the "
+            "results, stay to the end):")
+        print("   " + mem.text(width=100).replace("\n", "\n   "))
+        terms = " + ".join(f"{a['bytes']} B ({a['value']} {a['op']} {a['type']}"
+                           f"{', a gradient' if a['result'] else ', read for the last time' if a['read_last'] else ''})"
+                           for a in alive)
+        say(f"peak {mem.peak_bytes} B at {mem.describe_step(t)} = {terms}.")
+    sd = sched.to_dict()
+    return {"backward": str(j.backward), "initial_counts": sd["initial_counts"], "steps": sd["steps"],
+            "waits_for_two": waits_two, "peak_bytes": mem.peak_bytes, "peak_at": mem.where(t),
+            "alive_at_peak": alive, "live_bytes": list(mem.live_bytes)}, j
+
+
+def plot_xor_curves(path, curves: dict) -> pathlib.Path:
+    """Loss per step, gradient descent on every seed and Adam on seed 0, on a log axis; written atomically."""
+    from matplotlib.figure import Figure
+
+    from gradir.fileio import write_atomic
+
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for losses in curves["gradient descent"].values():
+        stuck = losses[-1] >= STUCK
+        ax.plot(losses, lw=1, color="tab:red" if stuck else "tab:blue", alpha=0.6,
+                label=("gradient descent, stuck" if stuck else "gradient descent, converged"))
+    ax.plot(curves["Adam"], lw=1.5, color="black", label="Adam, seed 0")
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))  # one legend entry per label
+    ax.legend(handles.values(), handles.keys(), loc="lower left")
+    ax.set_yscale("log")
+    ax.set(xlabel="step", ylabel="sum of squared errors", title="XOR 2-4-1: gradient descent lr=0.5 (seeds 0-9), Adam lr=0.05")
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=pathlib.Path(path).suffix.lstrip(".") or "svg", metadata={"Date": None})
+    return write_atomic(path, buf.getvalue())
+
+
+def write_files(out, figures: dict, j) -> dict:
+    """The loss curves and the XOR loss's diagrams, memory plot and HTML report, into `out`; paths printed."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    curves = plot_xor_curves(out / "xor_loss_curves.svg", figures["xor"]["curves"])
+    print(f"   loss curves (gradient descent seeds 0-9, Adam seed 0): {curves}")
+    written = j.render(out / "xor_loss")
+    print(f"   HTML report of the XOR loss's backward: {written['html']}")
+    print(f"   memory timeline plot: {written['memory.svg']}")
+    svgs = [k for k in written if k.endswith(".svg") and k != "memory.svg"]
+    if svgs:
+        print(f"   {len(svgs)} diagrams drawn by dot, e.g. {written.get('backward.svg', written[svgs[0]])}")
+    for note in written.notes:  # e.g. the dot program is missing: the .dot sources are still written
+        print(f"   note: {note}")
+    return {"curves": str(curves), **{k: str(v) for k, v in written.items()}}
+
+
+def main(verbose: bool = True, out=None) -> dict:
+    """Print the figures (with `out`, write plots and diagrams there too); return them."""
     figures = {"accumulation": accumulation(), "data_parallel": data_parallel(), "xor": xor()}
     if verbose:
         a = figures["accumulation"]
@@ -261,8 +370,16 @@ def main(verbose: bool = True) -> dict:
             print("   the four examples are summed in, float32 against float64, PyTorch's kernels against gradir's) until")
             print("   the run escapes or saturates: the stuck count belongs to one program at one precision, not to the")
             print("   initialisation. PyTorch in float32, its default dtype, gives the course's 7/10.")
+        print("4. how one step's backward runs, XOR 2-4-1 at seed 0:")
+    figures["xor_backward"], j = xor_backward_story(verbose=verbose)
+    if out is not None:
+        if verbose:
+            print(f"Files (--out {out}):")
+        figures["files"] = write_files(out, figures, j)
     return figures
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", metavar="DIR", help="write the loss curves, diagrams and an HTML report into DIR")
+    main(out=ap.parse_args().out)

@@ -15,9 +15,14 @@ def e():
 
 
 @pytest.fixture(scope="module")
-def f():
+def f_out(tmp_path_factory):
+    return tmp_path_factory.mktemp("f_training_out")
+
+
+@pytest.fixture(scope="module")
+def f(f_out):
     module = load("f_training")
-    return (module, *run(module))
+    return (module, *run(module, True, f_out))
 
 
 # -- E ------------------------------------------------------------------------------------------------
@@ -205,3 +210,56 @@ def test_f_xor_stuck_count_depends_on_rounding(f):
     assert any(module.stuck_of(v[k]) != x["stuck"] for k in reordered)
     for finals in v.values():  # every variant still ends converged or saturated
         assert all(L < 1e-2 or min(abs(L - 4.0), abs(L - 8.0)) < 0.2 for L in finals.values())
+
+
+def test_f_xor_backward_schedule_by_hand(f):
+    _, figures, out = f
+    b = figures["xor_backward"]
+    ir = b["backward"]
+    # read off the IR: a node owes one count per operand computed inside the backward program
+    for line in ("%12 = multiply %9, %11", "%17 = multiply %13, %16", "%19 = matmul %17, %0",
+                 "%26 = multiply %19, %25", "%29 = matmul %28, %26", "return %30, %27, %22, %18"):
+        assert line in ir
+    counts = b["initial_counts"]
+    assert counts["%11"] == 1   # multiply %7, %4: saved_subtract17 (%4) is an input
+    assert counts["%19"] == 1   # matmul %17, %0: W2 is an input
+    assert counts["%23"] == 0   # h*h of the saved h: both operands are inputs
+    assert counts["%26"] == 2   # dh (from above) times 1 - h^2 (local): waits for two
+    assert b["waits_for_two"] == ["%12", "%16", "%17", "%21", "%25", "%26", "%29"]
+    steps = {s["node"]: s for s in b["steps"]}
+    assert {d["node"]: d["count"] for d in steps["%17"]["decremented"]} == {"%18": 0, "%19": 0, "%21": 1}
+    assert len(b["steps"]) == 25 and "a node runs once its count" in out
+
+
+def test_f_xor_memory_peak_by_hand(f):
+    _, figures, out = f
+    b = figures["xor_backward"]
+    h, col, one = 4 * 4 * 8, 4 * 1 * 8, 1 * 8   # float64: h (4x4), the output column (4x1), db2 (1)
+    # at backward step 17 (h*h for tanh's rule): the saved h read for the last time, dh, h*h being made,
+    # and the gradients made so far: dW2 (as its 4x1 transpose) and db2
+    assert (b["peak_bytes"], b["peak_at"]) == (3 * h + col + one, "backward step 17") and b["peak_bytes"] == 424
+    alive = sorted((a["bytes"], a["result"]) for a in b["alive_at_peak"])
+    assert alive == [(one, True), (col, True), (h, False), (h, False), (h, False)]
+    # backward step 0 (after the 14 forward steps): only what the forward saved is live, the saved h, the
+    # output tanh and the residual (4,); the last forward step also held the squared residuals sum reads
+    assert b["live_bytes"][14] == h + col + 4 * 8 and b["live_bytes"][13] == h + col + 2 * 4 * 8
+    assert "peak 424 B at backward step 17 (%23 multiply) =" in " ".join(out.split())
+
+
+def test_f_out_writes_curves_and_diagrams(f, f_out):
+    import shutil
+
+    _, figures, out = f
+    files = figures["files"]
+    curves = f_out / "xor_loss_curves.svg"
+    assert files["curves"] == str(curves) and "<svg" in curves.read_text()
+    for key in ("html", "memory.svg", "forward.dot", "backward.dot"):
+        assert (f_out / f"xor_loss.{key}").is_file()
+    assert str(curves) in out and files["html"] in out
+    assert not list(f_out.glob("*.tmp")) and not list(f_out.glob(".*"))  # atomic writes
+    c = figures["xor"]["curves"]
+    assert len(c["Adam"]) == 2000 and sorted(c["gradient descent"]) == list(range(10))
+    assert c["Adam"][0] == pytest.approx(figures["xor"]["step0_loss_seed0"], rel=1e-15)  # the loss before step 1
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot program is not installed: only the .dot sources are written")
+    assert "<svg" in (f_out / "xor_loss.backward.svg").read_text()
