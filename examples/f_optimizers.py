@@ -34,10 +34,17 @@ its own gradient size, which fits this problem because its eigenvectors lie alon
 RMSprop (no momentum, no bias correction) keeps taking steps of size ~lr around the minimum; that
 orbit amplifies rounding, so its figures match torch.optim.RMSprop's in size, not in digits.
 
-Run:  python examples/f_optimizers.py
+With `--out DIR` it writes the excess loss per step of each method's best run (one plot,
+log axis) and prints its path.
+
+Run:  python examples/f_optimizers.py [--out DIR]
 """
 
 from __future__ import annotations
+
+import argparse
+import io
+import pathlib
 
 import numpy as np
 
@@ -87,12 +94,15 @@ def eigenvalues_2x2(H: np.ndarray) -> tuple[float, float]:
     return float(det / lam_max), float(lam_max)
 
 
-def train(method: str, hp: dict, X, y, steps: int = STEPS) -> dict:
+def train(method: str, hp: dict, X, y, steps: int = STEPS, losses: list | None = None) -> dict:
+    """`losses`, if given, receives the loss before each step."""
     opt = MAKERS[method](**hp)
     w = np.zeros(X.shape[1])
     state = opt.init(w)
     for _ in range(steps):
         L, g = loss_and_grad(w, X, y)
+        if losses is not None:
+            losses.append(float(L))
         if not np.isfinite(L) or L > DIVERGED:
             return {"w": None, "loss": float("inf")}
         w, state = opt.update(g, state, w)
@@ -107,15 +117,18 @@ def quadratic(steps: int = STEPS) -> dict:
     L_star = float(loss(w_star, X, y))
     L0 = float(loss(np.zeros(2), X, y))
     axis_angle = float(np.degrees(np.arccos(np.max(np.abs(Vt), axis=1))).max())
-    runs = {}
+    runs, histories = {}, {}
     for method, grid in GRIDS.items():
         runs[method] = []
         for hp in grid:
-            r = train(method, hp, X, y, steps)
+            losses = histories.setdefault((method, len(runs[method])), [])
+            r = train(method, hp, X, y, steps, losses)
             runs[method].append({**hp, "w": r["w"], "loss": r["loss"], "excess": r["loss"] - L_star,
                                  "diverged": r["loss"] > L0})
     best = {m: min(rs, key=lambda r: r["excess"]) for m, rs in runs.items()}
-    return {"hessian": H.tolist(), "eigenvalues": [lam_min, lam_max], "condition": lam_max / lam_min,
+    best_at = {m: next(k for k, r in enumerate(rs) if r is best[m]) for m, rs in runs.items()}
+    curves = {m: [v - L_star for v in histories[(m, k)]] for m, k in best_at.items()}
+    return {"curves": curves, "hessian": H.tolist(), "eigenvalues": [lam_min, lam_max], "condition": lam_max / lam_min,
             "step_ceiling": 2 / lam_max, "eigvec_angle_deg": axis_angle, "w_star": w_star.tolist(),
             "loss_star": L_star, "loss_0": L0, "steps": steps, "runs": runs, "best": best}
 
@@ -124,7 +137,29 @@ def _hp(r: dict) -> str:
     return ", ".join(f"{k}={r[k]:g}" for k in ("lr", "momentum") if k in r)
 
 
-def main(verbose: bool = True) -> dict:
+def plot_curves(path, q: dict) -> pathlib.Path:
+    """L - L* per step of each method's best run, on a log axis (an excess of 0 is drawn at the axis'
+    floor); written atomically."""
+    from matplotlib.figure import Figure
+
+    from gradir.fileio import write_atomic
+
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    floor = 1e-16 * max(q["loss_star"], 1e-300)
+    for method, excess in q["curves"].items():
+        ax.plot(np.maximum(excess, floor), lw=1, label=f"{method} ({_hp(q['best'][method])})")
+    ax.set_yscale("log")
+    ax.set(xlabel="step", ylabel="L - L*", title="ill-conditioned quadratic: best run per method")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center right")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=pathlib.Path(path).suffix.lstrip(".") or "svg", metadata={"Date": None})
+    return write_atomic(path, buf.getvalue())
+
+
+def main(verbose: bool = True, out=None) -> dict:
+    """Print the figures (with `out`, write the loss-curve plot there too); return them."""
     q = quadratic()
     if verbose:
         lam_min, lam_max = q["eigenvalues"]
@@ -151,8 +186,14 @@ def main(verbose: bool = True) -> dict:
         print("momentum average to cancel its steps of size ~lr near the minimum: larger lr ends farther away.")
         print("That oscillation amplifies rounding: RMSprop's figures give the orbit's size, not digits another")
         print("implementation reproduces (torch.optim.RMSprop: 12 digits for 100 steps at lr=1e-3, then ~lr away).")
+    if out is not None:
+        q["files"] = {"curves": str(plot_curves(pathlib.Path(out) / "quadratic_loss_curves.svg", q))}
+        if verbose:
+            print(f"Files (--out {out}):\n   excess loss per step, best run per method: {q['files']['curves']}")
     return q
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", metavar="DIR", help="write the loss-curve plot into DIR")
+    main(out=ap.parse_args().out)

@@ -11,9 +11,14 @@ from examples_util import load, run
 
 
 @pytest.fixture(scope="module")
-def fo():
+def fo_out(tmp_path_factory):
+    return tmp_path_factory.mktemp("f_optimizers_out")
+
+
+@pytest.fixture(scope="module")
+def fo(fo_out):
     module = load("f_optimizers")
-    return (module, *run(module))
+    return (module, *run(module, True, fo_out))
 
 
 def test_f_quadratic_spectrum(fo):
@@ -117,3 +122,14 @@ def test_f_quadratic_rmsprop_matches_torch_then_rounding_decides(fo):
     ours = q["runs"]["RMSprop"][1]
     assert ours["lr"] == 1e-3 and 0.1 < ours["excess"] / excess_torch < 10
     assert "rounding" in out
+
+
+def test_f_out_writes_the_loss_curves(fo, fo_out):
+    _, q, out = fo
+    path = fo_out / "quadratic_loss_curves.svg"
+    assert q["files"]["curves"] == str(path) and "<svg" in path.read_text() and str(path) in out
+    assert not list(fo_out.glob("*.tmp")) and not list(fo_out.glob(".*"))  # written atomically
+    assert list(q["curves"]) == ["gradient descent", "momentum", "RMSprop", "Adam"]
+    for method, excess in q["curves"].items():  # each best run's L - L*, from w = 0
+        assert len(excess) == q["steps"] and excess[0] == pytest.approx(q["loss_0"] - q["loss_star"], rel=1e-12)
+        assert excess[-1] < excess[0]  # every best run ends below where it started
