@@ -14,7 +14,10 @@ The reference run of 200,000 steps reached train 2.0713 / val 2.1105; this progr
 hand-derived run of the companion example does from the same initialisation and batches. The default
 is a short run.
 
-Run:  python examples/f_makemore_training.py [--data ../shared/data/names.txt] [--steps 2000]
+With `--out DIR` it writes the batch loss per step and the final train/val losses as a plot
+(`gr.train.plot_losses`, written atomically) and prints its path.
+
+Run:  python examples/f_makemore_training.py [--data ../shared/data/names.txt] [--steps 2000] [--out DIR]
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=2000, help="training steps (reference run: 200000)")
     ap.add_argument("--backend", default="llvm", choices=("llvm", "numpy"))
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", metavar="DIR", help="write the loss-curve plot into DIR")
     args = ap.parse_args(argv)
     if not pathlib.Path(args.data).is_file():
         ap.error(f"names.txt not found at {args.data} (pass --data)")
@@ -117,6 +121,13 @@ def main(argv=None) -> dict:
         print(f"   batch loss: first {f['window']} steps {f['first_losses']:.4f}, last {f['window']} {f['last_losses']:.4f}")
         print(f"   with the running BatchNorm statistics: train {f['eval']['train']:.4f}, val {f['eval']['val']:.4f} "
               f"(reference after 200,000 steps: train {REFERENCE_200K['train']}, val {REFERENCE_200K['val']})")
+    if args.out is not None:
+        path = gr.train.plot_losses(pathlib.Path(args.out) / "makemore_loss.svg", list(enumerate(f["losses"])),
+                                    evals=[(f["steps"], f["eval"])],
+                                    title=f"makemore MLP: batch loss per step, train/val after {f['steps']:,} steps")
+        f["files"] = {"curves": str(path)}
+        if verbose:
+            print(f"   loss curve: {path}")
     return f
 
 

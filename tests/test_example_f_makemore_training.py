@@ -16,25 +16,36 @@ _CACHE: dict = {}
 
 
 @pytest.fixture
-def run(names_path):
-    """(figures, printed output), computed once (names_path is per test and skips when the data is absent)."""
+def run(names_path, tmp_path_factory):
+    """(figures, printed output, the --out folder), computed once (names_path is per test and skips when the
+    data is absent)."""
     if "run" not in _CACHE:
+        out = tmp_path_factory.mktemp("makemore_out")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            figures = load("f_makemore_training").main(["--data", str(names_path), "--steps", str(STEPS)])
-        _CACHE["run"] = (figures, buf.getvalue())
+            figures = load("f_makemore_training").main(["--data", str(names_path), "--steps", str(STEPS),
+                                                        "--out", str(out)])
+        _CACHE["run"] = (figures, buf.getvalue(), out)
     return _CACHE["run"]
 
 
 def test_the_compiled_steps_first_update_is_the_hand_written_backwards(run):
-    f, _ = run
+    f, _, _ = run
     assert f["n_params"] == 12_297 and f["compiled_once"]
     assert f["first_update_vs_hand"] < 1e-12  # SGD at lr 0.1 on the hand-derived gradients, the same batch
 
 
 def test_a_short_run_lowers_the_loss(run):
-    f, text = run
+    f, text, _ = run
     initial = np.log(27)  # a uniform guess over 27 symbols; the initialisation starts near it
     assert f["first_losses"] > f["last_losses"] and f["last_losses"] < 0.9 * initial
     assert f["eval"]["train"] < f["first_losses"] and f["eval"]["val"] < f["first_losses"]
     assert "steps of one compiled training step" in text
+
+
+def test_out_writes_the_loss_curve(run):
+    f, text, out = run
+    path = out / "makemore_loss.svg"
+    assert f["files"]["curves"] == str(path) and f"loss curve: {path}" in text
+    assert "<svg" in path.read_text() and not list(out.glob("*.tmp")) and not list(out.glob(".*"))
+    assert len(f["losses"]) == STEPS
