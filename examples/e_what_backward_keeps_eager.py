@@ -19,10 +19,17 @@ This program shows the eager semantics that follow from that, each with its figu
 5. Leaf vs non-leaf: y=x*x, y.sum().backward(): x.grad=[4,6]; y keeps .grad=[1,1] only if
    y.retain_grad() was asked.
 
-Run:  python examples/e_what_backward_keeps_eager.py
+With `--out DIR` it writes two diagrams of item 1's y = sum(tanh(x*x + x)): the tape as a forward
+graph and the backward program `backward()` ran (.dot, and .svg when Graphviz's `dot` runs;
+atomic writes), and prints their paths.
+
+Run:  python examples/e_what_backward_keeps_eager.py [--out DIR]
 """
 
 from __future__ import annotations
+
+import argparse
+import pathlib
 
 import gradir as gr
 from gradir.errors import FreedGraphError, VersionError
@@ -41,6 +48,7 @@ def what_nodes_keep() -> dict:
         stack.extend(f for f, _ in n.next_functions if f is not None and hasattr(f, "saved"))
     y.backward()
     record = last_backward()
+    what_nodes_keep.record = record  # for write_diagrams
     keeps = [{"op": v.op, "source": v.source, "keeps": explain_node(v)} for v in record.graph.nodes if v.op != "const"]
     return {"keeps": keeps, "saved_per_node": saved, "tape_graph": str(record.graph),
             "residuals": len(record.partition.residuals), "from_tape": record.from_tape,
@@ -117,7 +125,28 @@ def leaf_vs_non_leaf() -> dict:
             "x_grad": x.grad.numpy().tolist(), "y_grad": y.grad.numpy().tolist(), "not_retained_grad": y2.grad}
 
 
-def main(verbose: bool = True) -> dict:
+def write_diagrams(out, record) -> dict:
+    """The tape (as a forward graph) and the backward program of `record` (a tensor.BackwardRecord) as
+    diagrams in `out`: .dot always, .svg when `dot` runs (otherwise its reason is printed). Atomic writes."""
+    from gradir.fileio import write_atomic
+    from gradir.viz.graphs import graph_diagram, render_svg
+
+    written = {}
+    for name, graph in (("tape", record.graph), ("tape_backward", record.partition.backward)):
+        diagram = graph_diagram(graph)
+        written[f"{name}.dot"] = str(write_atomic(pathlib.Path(out) / f"{name}.dot", diagram.source))
+        rendered = render_svg(diagram)
+        if rendered.svg is not None:
+            written[f"{name}.svg"] = str(write_atomic(pathlib.Path(out) / f"{name}.svg", rendered.svg))
+        else:
+            print(f"   {name}.svg not drawn: {rendered.error}")
+    for path in written.values():
+        print(f"   wrote {path}")
+    return written
+
+
+def main(verbose: bool = True, out=None) -> dict:
+    """Print the figures (with `out`, write the tape's diagrams there too); return them."""
     figures = {"tape": what_nodes_keep(), "version": version_check(), "lifetime": graph_lifetime(),
                "higher_order": higher_order(), "leaf": leaf_vs_non_leaf()}
     if verbose:
@@ -150,8 +179,13 @@ def main(verbose: bool = True) -> dict:
               f"y.grad_fn={lf['y_grad_fn']}")
         print(f"   y.sum().backward(): x.grad = {lf['x_grad']}, retained y.grad = {lf['y_grad']}, "
               f"without retain_grad(): y.grad = {lf['not_retained_grad']}")
+    if out is not None:
+        print(f"Files (--out {out}): the tape of y = sum(tanh(x*x + x)) and its backward program")
+        figures["files"] = write_diagrams(out, what_nodes_keep.record)
     return figures
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", metavar="DIR", help="write the tape's diagrams into DIR")
+    main(out=ap.parse_args().out)

@@ -10,8 +10,13 @@ from examples_util import load, run
 
 
 @pytest.fixture(scope="module")
-def e():
-    return run(load("e_what_backward_keeps_eager"))
+def e_out(tmp_path_factory):
+    return tmp_path_factory.mktemp("e_eager_out")
+
+
+@pytest.fixture(scope="module")
+def e(e_out):
+    return run(load("e_what_backward_keeps_eager"), True, e_out)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +69,20 @@ def test_e_higher_order_and_leaves(e):
     assert lf["x_grad"] == [4.0, 6.0] and lf["y_grad"] == [1.0, 1.0] and lf["not_retained_grad"] is None
     out = e[1]
     assert "saved at version 0, now version 1" in out and "second derivative 12" in out and "[8.0, 12.0]" in out
+
+
+def test_e_out_writes_the_tape_diagrams(e, e_out):
+    import shutil
+
+    files = e[0]["files"]
+    for name in ("tape", "tape_backward"):
+        dot = e_out / f"{name}.dot"
+        assert files[f"{name}.dot"] == str(dot) and dot.read_text().startswith("digraph") and str(dot) in e[1]
+    assert "tanh" in (e_out / "tape.dot").read_text()  # the tape's forward graph
+    assert not list(e_out.glob("*.tmp")) and not list(e_out.glob(".*"))  # atomic writes
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot program is not installed: only the .dot sources are written")
+    assert "<svg" in (e_out / "tape_backward.svg").read_text()
 
 
 # -- F ------------------------------------------------------------------------------------------------
