@@ -21,7 +21,7 @@ import numpy as np
 from gradir import cache, dtypes
 from gradir.errors import DTypeError, GradirError, NonDifferentiableError, ShapeError, TraceError, UnsupportedOpError
 from gradir.grad_trace import GradTrace
-from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
+from gradir.interop import TORCH_DTYPES, is_torch, numpy_to_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.pytree import TreeDef, tree_flatten, tree_flatten_with_path, tree_unflatten
 from gradir.seed import check_implied_seed
@@ -51,6 +51,7 @@ class _Args:
     leaf_ranges: list[range]  # leaves belonging to each positional argument
     torch_out: bool
     traced: bool  # called inside an enclosing trace (some leaf is a traced Value)
+    device_flat: list | None = None  # `flat` with torch tensors left as they are (for the triton backend)
 
     @functools.cached_property
     def names(self) -> list[str]:
@@ -74,7 +75,19 @@ def _as_leaf(leaf):
     return np.asarray(leaf)
 
 
-def _prepare(fn, args) -> _Args:
+def _placeholder(t) -> np.ndarray:
+    """A NumPy stand-in with torch tensor t's shape and dtype and no data (a broadcast 0-d zero): what a trace
+    and a cache key need, without copying the tensor off its device."""
+    try:
+        dtype = TORCH_DTYPES[str(t.dtype)]
+    except KeyError:
+        raise DTypeError(f"cannot trace a torch tensor of dtype {t.dtype}", op="trace", source=user_source()) from None
+    return np.broadcast_to(np.zeros((), dtype), tuple(t.shape))
+
+
+def _prepare(fn, args, keep_torch: bool = False) -> _Args:
+    """Flatten `args`; torch tensors become NumPy arrays, or with `keep_torch` stay as they are in
+    `device_flat` (placeholders in `flat`)."""
     flat, ranges, trees = [], [], []
     for a in args:
         leaves, tree = tree_flatten(a)
@@ -82,20 +95,23 @@ def _prepare(fn, args) -> _Args:
         flat.extend(leaves)
         trees.append(tree)
     torch_out = traced = False
+    device_flat = list(flat) if keep_torch else None
     for i, x in enumerate(flat):  # NumPy arrays, the common case, pass through untouched
         if type(x) is not np.ndarray:
             torch_out = torch_out or is_torch(x)
             traced = traced or isinstance(x, Value)
-            flat[i] = _as_leaf(x)
-    return _Args(fn, tuple(args), flat, TreeDef("tuple", tuple(trees)), ranges, torch_out, traced)
+            flat[i] = _placeholder(x) if keep_torch and is_torch(x) else _as_leaf(x)
+            if device_flat is not None and not is_torch(x):
+                device_flat[i] = flat[i]
+    return _Args(fn, tuple(args), flat, TreeDef("tuple", tuple(trees)), ranges, torch_out, traced, device_flat)
 
 
 def _finish(values, a: _Args):
     """Return values to the user: NumPy scalars for 0-d results, torch tensors if torch came in."""
     if a.traced or is_traced(*values):  # inside an enclosing trace
         return values
-    if a.torch_out:
-        return [numpy_to_torch(np.asarray(v)) for v in values]
+    if a.torch_out:  # (a backend's own torch tensors, on its device, go back as they are)
+        return [v if is_torch(v) else numpy_to_torch(np.asarray(v)) for v in values]
     return _numpy_results(values)
 
 
@@ -103,7 +119,7 @@ def _numpy_results(values) -> list:
     """Arrays as NumPy gives them back: 0-d results as NumPy scalars."""
     out = []
     for v in values:
-        v = v if type(v) is np.ndarray else np.asarray(v)
+        v = v if type(v) is np.ndarray else torch_to_numpy(v) if is_torch(v) else np.asarray(v)
         out.append(v[()] if v.ndim == 0 else v)
     return out
 
@@ -486,7 +502,9 @@ class Compiled:
         return entry
 
     def _args(self, args, kwargs) -> _Args:
-        return _prepare(functools.partial(self.fn, **kwargs) if kwargs else self.fn, args)
+        # the triton backend takes torch tensors where they are (on the GPU); the others take NumPy arrays
+        return _prepare(functools.partial(self.fn, **kwargs) if kwargs else self.fn, args,
+                        keep_torch=self.backend == "triton")
 
     def __call__(self, *args, **kwargs):
         arrays = not kwargs and all(type(x) is np.ndarray for x in args)
@@ -502,7 +520,8 @@ class Compiled:
         if arrays:
             self._arrays[tuple((x.shape, x.dtype) for x in args)] = entry
         graph, compiled = entry
-        return tree_unflatten(graph.out_tree, _finish(compiled(*a.flat), a))
+        flat = a.flat if a.device_flat is None else a.device_flat
+        return tree_unflatten(graph.out_tree, _finish(compiled(*flat), a))
 
     def graph(self, *args, **kwargs) -> Graph:
         """The optimized graph this function runs for `args`' signature."""

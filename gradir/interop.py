@@ -6,6 +6,11 @@ import numpy as np
 
 from gradir import dtypes
 
+TORCH_DTYPES = {"torch.float64": dtypes.float64, "torch.float32": dtypes.float32, "torch.float16": dtypes.float16,
+                "torch.bfloat16": dtypes.bfloat16, "torch.int64": dtypes.int64, "torch.int32": dtypes.int32,
+                "torch.bool": dtypes.bool_, "torch.complex128": dtypes.complex128}
+"""A torch dtype's name -> gradir's dtype (named, so torch need not be imported)."""
+
 
 def is_torch(x) -> bool:
     """True for torch tensors (checked by module, so torch is never imported here)."""

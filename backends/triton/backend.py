@@ -1,0 +1,380 @@
+"""The Triton backend's runtime: fuse a graph once, generate one Triton kernel per loop kernel, run.
+
+`compile_graph(graph, order=...)` fuses the graph (passes.fusion, the same kernels the LLVM backend
+compiles), renders the loop kernels as Triton source (codegen), writes the module to the cache folder
+and imports it, and keeps one arena (a uint8 torch tensor; each stored intermediate is a typed view at
+its planned offset). Per kernel kind:
+
+- ``loop``: a Triton kernel, launched on a 1-d grid (flat: ceil(N / BLOCK) programs; rows: one per row);
+- ``matmul``: ``torch.matmul`` (cuBLAS on a GPU) on strided views of the operands, the bias epilogue
+  added into the output. The rule: vendor BLAS for every product. A hand-written ``tl.dot`` kernel pays
+  off only when its epilogue saves a pass over the output, and the fusion pass fuses only a bias add
+  there, which ``torch.addmm``-style calls already fold;
+- ``scatter``: ``index_add`` (embedding backward) as a Triton kernel of atomic adds into a zeroed buffer
+  (atomics, not a sorted segmented sum: programs add in any order); ``index_update`` (a write where the
+  last write wins) on the NumPy reference;
+- ``numpy`` and loop kernels codegen cannot render (codegen.unrendered): the NumPy reference, on the
+  same buffers; the listing says which and why.
+
+Arguments: torch tensors stay where they are (on the GPU); NumPy arrays and CPU tensors are copied to the
+device and results come back as torch tensors on it (`gr.compile` turns them back into NumPy arrays for
+NumPy callers). Without a GPU, ``TRITON_INTERPRET=1`` runs the same kernels on the CPU through Triton's
+interpreter, on CPU tensors: how the test suite checks this backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import pathlib
+import sys
+import threading
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.errors import ExecutionError, UnsupportedOpError
+from gradir.fileio import write_atomic
+from gradir.ir import Graph, Value
+from gradir.passes.aliasing import c_strides
+from gradir.passes.fusion import LOOP, MATMUL, SCATTER, FusedProgram, fuse, kernel_header
+from gradir.primitive import get_primitive
+
+from .codegen import LoopSource, literal, next_pow2, unrendered
+
+HEADER = '''"""Triton kernels gradir generated for {name}."""
+import triton
+import triton.language as tl
+
+from gradir.backends.triton import mathfn
+
+'''
+SOURCE_VERSION = "1"  # part of the cache file name: bump when the generated code's conventions change
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+def require_triton():
+    """triton and torch, and the device kernels run on; a clear error when either is missing."""
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError as e:
+        raise UnsupportedOpError(f"the triton backend needs triton and torch ({e.name} is not installed): "
+                                 "pip install 'gradir[triton]' (and torch==2.13.0 first)", op="compile") from None
+    if interpreting():
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UnsupportedOpError("the triton backend needs an NVIDIA GPU, and torch sees none; to run its kernels on "
+                                 "the CPU through Triton's interpreter, set TRITON_INTERPRET=1 before starting Python",
+                                 op="compile")
+    return torch.device("cuda")
+
+
+def torch_dtype(dt):
+    import torch
+
+    return {dtypes.float64: torch.float64, dtypes.float32: torch.float32, dtypes.float16: torch.float16,
+            dtypes.bfloat16: torch.bfloat16, dtypes.int64: torch.int64, dtypes.int32: torch.int32,
+            dtypes.bool_: torch.bool, dtypes.complex128: torch.complex128}[np.dtype(dt)]
+
+
+def to_device(a, dt, device):
+    """A contiguous torch tensor of `a` (NumPy array, number or torch tensor) with dtype `dt` on `device`."""
+
+    from gradir.interop import is_torch, numpy_to_torch
+
+    if not is_torch(a):
+        a = np.asarray(a)
+        a = numpy_to_torch(a.astype(dt, copy=False))
+    return a.to(device=device, dtype=torch_dtype(dt)).contiguous()
+
+
+def to_numpy(t) -> np.ndarray:
+    from gradir.interop import torch_to_numpy
+
+    return torch_to_numpy(t)
+
+
+def cache_dir() -> pathlib.Path:
+    from gradir.backends.llvm.backend import cache_dir as llvm_cache
+
+    base = llvm_cache()
+    return (base.parent if base is not None else pathlib.Path.home() / ".cache" / "gradir") / "triton"
+
+
+def _import_source(text: str, name: str):
+    """Import generated source as a module. Triton reads a kernel's source through `inspect`, so it lives
+    in a file: the cache folder (atomically written, named by its hash), else a temporary folder."""
+    digest = hashlib.sha256((SOURCE_VERSION + text).encode()).hexdigest()[:24]
+    module_name = f"gradir_triton_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name], f"{module_name}.py"
+    for where in (cache_dir(), pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "gradir-triton"):
+        path = where / f"{module_name}.py"
+        try:
+            if not path.exists() or path.read_text() != text:
+                where.mkdir(parents=True, exist_ok=True)
+                write_atomic(path, text.encode())
+            break
+        except OSError:
+            continue
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module, str(path)
+
+
+def scatter_source(program: FusedProgram, k, name: str) -> tuple[str, tuple, list] | None:
+    """index_add as a Triton kernel over g's elements: out[..., idx[j] mod size, ...] += g[..., j, ...]
+    with atomic adds (the host zeroed `out`). None where atomics cannot do it (low-precision sums)."""
+    n = k.nodes[0]
+    if n.op != "index_add" or n.dtype in (dtypes.float16, dtypes.bfloat16, dtypes.bool_):
+        return None
+    g, idx = n.inputs
+    axis, size = n.attrs["axis"], n.attrs["size"]
+    G, I = program.access[g], program.access[idx]
+    total = max(math.prod(g.shape), 1)
+    block = min(1024, next_pow2(total))
+    cs = c_strides(g.shape, 1)
+    coords = [f"((i // {cs[d]}) % {g.shape[d]})" for d in range(g.ndim)]
+
+    def linear(cs_, strides, offset=0):
+        return " + ".join([f"{c} * {s}" for c, s in zip(cs_, strides) if s] + [str(offset)])
+    out_strides = c_strides(n.shape, 1)
+    oc = coords[:axis] + ["j"] + coords[axis + idx.ndim:]
+    lines = [
+        "@triton.jit",
+        f"def {name}(p0, p1, p2, err):",
+        f'    """index_add of {list(g.shape)} into {list(n.shape)} along axis {axis}: atomic adds"""',
+        "    pid = tl.program_id(0)",
+        f"    i = pid * {block} + tl.arange(0, {block})",
+        f"    live = i < {total}",
+        f"    j = tl.load(p1 + {linear(coords[axis:axis + idx.ndim], I.strides, I.offset)}, mask=live, other=0)"
+        ".to(tl.int64)",
+        f"    j = j % {size}",
+        f"    j = tl.where(j < 0, j + {size}, j)",
+        f"    x = tl.load(p0 + {linear(coords, G.strides, G.offset)}, mask=live, other={literal(0, g.dtype)})",
+        f"    tl.atomic_add(p2 + {linear(oc, out_strides)}, x, mask=live)",
+    ]
+    return "\n".join(lines) + "\n", (-(-total // block),), [G.owner, I.owner, program.access[n].owner]
+
+
+class TritonCompiled:
+    """A graph compiled to Triton kernels; call it with the graph's inputs (a flat list of arrays or tensors)."""
+
+    backend = "triton"
+
+    def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
+        from gradir.passes import lower_composites
+
+        self.device = require_triton()
+        lowered = lower_composites(graph)
+        if lowered is not graph:
+            graph, order = lowered, None
+        self.graph = graph
+        self.program = p = fuse(graph, order)
+        self.steps: list[tuple] = []          # (kind, kernel, launch details)
+        self.reasons: dict[int, str] = {}     # kernel index -> why it runs on the NumPy reference
+        sources = []
+        for k in p.kernels:
+            name = f"k{k.index}"
+            if k.kind == LOOP:
+                why = unrendered(p, k)
+                if why is None:
+                    ls = LoopSource(p, k, name)
+                    sources.append(ls.text)
+                    self.steps.append(("loop", k, (name, (ls.grid,), ls.params, ls.num_warps)))
+                    continue
+            elif k.kind == MATMUL:
+                why = self._matmul_reason(k)
+                if why is None:
+                    self.steps.append(("matmul", k, None))
+                    continue
+            elif k.kind == SCATTER:
+                made = scatter_source(p, k, name)
+                if made is not None:
+                    text, grid, params = made
+                    sources.append(text)
+                    self.steps.append(("loop", k, (name, grid, params, 4)))
+                    continue
+                why = f"{k.nodes[0].op} over {dtypes.short(k.nodes[0].dtype)} (the last write wins: run in order)"
+            else:
+                why = k.note or f"{k.nodes[0].op} is not compiled by any backend"
+            self.reasons[k.index] = why
+            self.steps.append(("reference", k, None))
+        self.kernel_source = HEADER.format(name=graph.name) + "\n\n".join(sources)
+        self.module, self.path = _import_source(self.kernel_source, graph.name)
+        self.checks_errors = any(n.op in ("take", "check_classes") for s in self.steps if s[0] == "loop"
+                                 for n in s[1].nodes)
+        self._lock = threading.Lock()
+        self._setup_buffers()
+
+    @staticmethod
+    def _matmul_reason(k) -> str | None:
+        n = k.nodes[0]
+        if not dtypes.is_float(n.dtype) or any(not dtypes.is_float(u.dtype) for u in n.inputs):
+            return f"matmul of {dtypes.short(n.dtype)} (torch.matmul on a GPU multiplies floats only)"
+        return None
+
+    def _setup_buffers(self) -> None:
+        import torch
+
+        p, dev = self.program, self.device
+        self.arena = torch.zeros(max(p.arena_bytes, 1), dtype=torch.uint8, device=dev)
+        self.fixed: dict[Value, object] = {}  # owner -> flat typed tensor: arena values and constants
+        for v, off in p.arena_offsets.items():
+            nbytes = max(v.size, 1) * v.dtype.itemsize
+            self.fixed[v] = self.arena[off:off + nbytes].view(torch_dtype(v.dtype))
+        for acc in p.access.values():
+            o = acc.owner
+            if o.op == "const" and o not in self.fixed:
+                self.fixed[o] = to_device(np.asarray(o.attrs["value"]).reshape(-1), o.dtype, dev)
+        self.err = torch.zeros(1, dtype=torch.int32, device=dev)
+        self.zeroed = {}  # kernel index -> the owners its atomics add into (zeroed before each launch)
+        for kind, k, _ in self.steps:
+            if kind == "loop":
+                acc = [n for n in k.nodes if n in k.accumulated or n.op == "index_add"]
+                if acc:
+                    self.zeroed[k.index] = acc
+
+    # -- the teaching view
+    @property
+    def listing(self) -> str:
+        """The fused kernel listing, each kernel marked with what runs it."""
+        lines = [f"{len(self.program.kernels)} kernels on {self.device.type} "
+                 f"({'Triton interpreter' if interpreting() else 'compiled Triton'}):"]
+        for kind, k, _ in self.steps:
+            how = {"loop": "triton", "matmul": "torch.matmul", "reference": "NumPy reference"}[kind]
+            why = f" — {self.reasons[k.index]}" if k.index in self.reasons else ""
+            lines.append(f"  {kernel_header(k, self.program)}  [{how}{why}]")
+        return "\n".join(lines)
+
+    @property
+    def source(self) -> str:
+        """The kernel listing, then the generated Triton module."""
+        return f"{self.listing}\n\n# {self.path}\n{self.kernel_source}"
+
+    def kernel_text(self, index: int) -> str:
+        """The generated source of kernel `index` (k<index>), for reading one kernel."""
+        start = self.kernel_source.find(f"def k{index}(")
+        if start < 0:
+            raise KeyError(f"kernel k{index} is not a generated Triton kernel")
+        start = self.kernel_source.rfind("@triton.jit", 0, start)
+        end = self.kernel_source.find("\n\n", start)
+        return self.kernel_source[start:end if end > 0 else None]
+
+    # -- running
+    def __call__(self, *args):
+        with self._lock:
+            return self._run(args)
+
+    def _run(self, args):
+        import torch
+
+        g, p, dev = self.graph, self.program, self.device
+        bufs = dict(self.fixed)
+        ins = []
+        for x, a in zip(g.inputs, args):
+            t = to_device(a, x.dtype, dev)
+            ins.append(t)
+            bufs[x] = t.reshape(-1)
+        outs = []
+        for pos, o in enumerate(g.outputs):
+            v = p.returned[pos]
+            t = torch.empty(tuple(o.shape), dtype=torch_dtype(o.dtype), device=dev)
+            outs.append(t)
+            if v is not None:
+                bufs[v] = t.reshape(-1)
+        for kind, k, launch in self.steps:
+            if kind == "loop":
+                for n in self.zeroed.get(k.index, ()):
+                    bufs[p.access[n].owner].zero_()
+                name, grid, params, warps = launch
+                fn = getattr(self.module, name)
+                kwargs = {} if interpreting() else {"num_warps": warps}
+                fn[grid](*[bufs[o] for o in params], self.err, **kwargs)
+            elif kind == "matmul":
+                self._matmul(k, bufs)
+            else:
+                self._reference(k, bufs)
+        if self.checks_errors and int(self.err.item()):
+            self.err.zero_()
+            self._fail([to_numpy(t) for t in ins])
+        for pos, i in p.passthrough:
+            outs[pos] = ins[i]
+        for pos, earlier in p.output_copies:
+            outs[pos] = outs[earlier].clone()
+        return outs
+
+    def _view(self, u: Value, bufs):
+        """Stored value u as a strided torch view of its owner's buffer."""
+        if u in self.program.immediates or (u.op == "const" and u not in self.program.access):
+            c = self.program.immediates.get(u, u)
+            return to_device(np.broadcast_to(c.attrs["value"], u.shape), u.dtype, self.device)
+        acc = self.program.access[u]
+        base = bufs[acc.owner]
+        return base.as_strided(tuple(u.shape), tuple(acc.strides), base.storage_offset() + acc.offset)
+
+    def _matmul(self, k, bufs) -> None:
+        import torch
+
+        n = k.nodes[0]
+        a, b = (self._view(u, bufs) for u in n.inputs)
+        product = torch.matmul(a, b)
+        if k.epilogue is not None:
+            product = self._view(k.bias, bufs) + product
+            out = k.epilogue
+        else:
+            out = n
+        if k.transposed is not None:
+            out, product = k.transposed, product.transpose(-1, -2)
+        self._view(out, bufs).copy_(product)
+
+    def _reference(self, k, bufs) -> None:
+        """Kernel k on the NumPy reference: its nodes in order, on CPU copies of its operands."""
+        env: dict[Value, np.ndarray] = {}
+        stored = set(k.outputs) | set(k.accumulated)
+
+        def operand(u):
+            if u in env:
+                return env[u]
+            if u in self.program.access or u in self.program.immediates:
+                return to_numpy(self._view(u, bufs))
+            if u.op == "const":
+                return u.attrs["value"]
+            return get_primitive(u.op).impl(operand(u.inputs[0]), **u.attrs)  # an in-register view
+
+        for n in k.nodes:
+            if n in k.copies:
+                result = operand(k.copies[n])
+            else:
+                xs = [operand(u) for u in n.inputs]
+                try:
+                    with np.errstate(all="ignore"):
+                        result = get_primitive(n.op).impl(*xs, **n.attrs)
+                except (ValueError, IndexError, TypeError, ArithmeticError) as e:
+                    raise ExecutionError(f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
+            env[n] = np.asarray(result, dtype=n.dtype)
+            if n in stored:
+                self._view(n, bufs).copy_(to_device(env[n], n.dtype, self.device))
+
+    def _fail(self, ins) -> None:
+        """A kernel found a bad index: the NumPy reference raises the located error for the same inputs."""
+        from gradir.backends.numpy_backend import run
+
+        run(self.graph, ins)
+        raise ExecutionError("index out of range", op="take", source=None)
+
+
+def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None) -> TritonCompiled:
+    """Compile `graph` to Triton kernels (run on the GPU, or on the CPU under TRITON_INTERPRET=1)."""
+    return TritonCompiled(graph, order=order, check=check)
+
+
+__all__ = ["TritonCompiled", "compile_graph", "interpreting", "require_triton"]

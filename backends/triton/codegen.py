@@ -1,0 +1,610 @@
+"""Triton source for the loop kernels of a fused program: one ``@triton.jit`` function per kernel.
+
+The fusion pass (passes.fusion) decided the kernels; this module renders each loop kernel as readable
+Python. Every shape is static, so sizes and strides are literals in the source. Two forms:
+
+- **flat** (no row reduction): the kernel's domain is numbered 0..N-1 and each program instance takes
+  BLOCK consecutive points, ``i = pid * BLOCK + arange(BLOCK)``; a value's element is at
+  ``offset + sum(coordinate_d * stride_d)``, the coordinates read off ``i`` by division and modulo
+  (axes that every access walks contiguously are merged first, so a plain elementwise chain reads
+  ``p[i]``).
+- **row** (softmax, LayerNorm, cross-entropy, ...): one program per row (an index of the outer axes);
+  the inner axes are numbered 0..R-1. When R fits in registers (``R <= MAX_ROW``) the whole row is one
+  block: each inner value is computed once and row reductions are ``tl.sum``/``tl.max`` of it. Otherwise
+  the row is walked in chunks of BLOCK, once per *pass* of the fusion plan: the values a pass needs from
+  earlier passes are read back if stored, else computed again, exactly as the LLVM backend does.
+
+Reductions the fusion pass accumulates into memory (a bias gradient summing over the batch axis) are
+``tl.atomic_add`` into a buffer the host zeroed: programs add in any order, so sums may differ from
+NumPy's in the last bits. Values are computed in float64, float32 (also for float16 and bfloat16, rounded
+back after every op, as NumPy rounds each op's result), int64/int32 or int1. An out-of-range gather index
+stores the node's code in an error word the host reads after the run.
+
+What is not rendered (the kernel then runs on the NumPy reference, and the listing says so): argmax /
+argmin in the chunked form, accumulated max/min and low-precision accumulation, and ops outside
+`RENDERED_OPS`; `unrendered(k)` gives the reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradir import dtypes
+from gradir.dtypes import is_float
+from gradir.ir import Value
+from gradir.passes.aliasing import c_strides
+from gradir.passes.fusion import ARG_REDUCTIONS, ELEMENTWISE, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
+
+MAX_ROW = 4096        # inner elements a row kernel keeps in registers (one block); longer rows are chunked
+CHUNK = 1024          # the block of chunked rows
+FLAT_BLOCK = 1024     # the most points of a flat kernel one program takes
+MATH = {"tanh": "mathfn.tanh", "sigmoid": "mathfn.sigmoid", "expm1": "mathfn.expm1", "exp": "tl.exp",
+        "log": "tl.log", "sin": "tl.sin", "cos": "tl.cos", "sqrt": "tl.sqrt", "erf": "tl.math.erf"}
+COMPUTE = {dtypes.float64: "tl.float64", dtypes.float32: "tl.float32", dtypes.float16: "tl.float32",
+           dtypes.bfloat16: "tl.float32", dtypes.int64: "tl.int64", dtypes.int32: "tl.int32", dtypes.bool_: "tl.int1"}
+STORAGE = {dtypes.float16: "tl.float16", dtypes.bfloat16: "tl.bfloat16"}
+COMPARE = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="}
+RENDERED_OPS = (ELEMENTWISE | REDUCTIONS | ARG_REDUCTIONS | PLACEMENTS) | {"take", "check_classes"}
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def unrendered(program: FusedProgram, k: Kernel) -> str | None:
+    """Why loop kernel `k` cannot be rendered (it then runs on the NumPy reference), or None."""
+    for n in k.nodes:
+        if n not in k.copies and n.op not in RENDERED_OPS:
+            return f"{n.op} is not rendered"
+        if n.dtype not in COMPUTE or any(u.dtype not in COMPUTE for u in n.inputs):
+            return f"{n.op} on {dtypes.short(n.dtype)}"
+        if n in k.accumulated and (n.op != "sum" or n.dtype in STORAGE):
+            return f"an accumulated {n.op} over {dtypes.short(n.dtype)} (atomics add float32/float64/int sums only)"
+        if n.op == "power" and not is_float(n.dtype):
+            return "integer power"
+        if n.op in REDUCTIONS and n not in k.accumulated and not k.is_row(n):
+            return f"a {n.op} over part of a row"
+    if k.outer is not None and math.prod(k.domain[k.outer:]) > MAX_ROW and any(n.op in ARG_REDUCTIONS for n in k.nodes):
+        return "argmax/argmin over a row longer than MAX_ROW"
+    return None
+
+
+def literal(value, dt) -> str:
+    """A scalar constant as Triton source, in the compute type of `dt`."""
+    if dt == dtypes.bool_:
+        return "True" if bool(value) else "False"
+    if not is_float(dt):
+        return repr(int(value))
+    v = float(value)
+    if math.isnan(v):
+        return 'float("nan")'
+    if math.isinf(v):
+        return 'float("inf")' if v > 0 else '-float("inf")'
+    return repr(v)
+
+
+def identity(op: str, dt) -> str:
+    if op == "sum":
+        return literal(0, dt)
+    if is_float(dt):
+        return literal(-math.inf if op in ("max", "argmax") else math.inf, dt)
+    if dt == dtypes.bool_:
+        return literal(op in ("min", "argmin"), dt)
+    info = np.iinfo(dt)
+    return literal(info.min if op in ("max", "argmax") else info.max, dt)
+
+
+def mapped(strides, m, r: int) -> list[int]:
+    """A value's strides (per its axes) as strides per domain axis, through its axis map `m`."""
+    v = [0] * r
+    for s, d in zip(strides, m):
+        if d is not None:
+            v[d] += s
+    return v
+
+
+class LoopSource:
+    """Renders one loop kernel (see the module docstring); `text` is the function, `params` the buffers
+    it takes (owners of stored values, in order), `grid` and `meta` how the host launches it."""
+
+    def __init__(self, program: FusedProgram, k: Kernel, name: str):
+        self.program, self.k, self.name = program, k, name
+        self.immediates = program.immediates
+        self.params: list[Value] = []        # buffer owners, in parameter order
+        self.param_of: dict[Value, str] = {}
+        self.pos = {n: j for j, n in enumerate(k.nodes)}  # (Values compare elementwise: no list.index)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.row: dict[Value, str] = {}      # row values computed so far (scalars)
+        r = len(k.domain)
+        self.r = r
+        self.outer = k.outer if k.outer is not None else 0
+        inner = math.prod(k.domain[self.outer:])
+        self.inner_size = inner
+        if k.outer is None:
+            self.form = "flat"
+            self.block = min(FLAT_BLOCK, next_pow2(max(inner, 1)))
+            self.grid = -(-max(inner, 1) // self.block)
+        else:
+            self.form = "row" if inner <= MAX_ROW else "chunked"
+            self.block = next_pow2(max(inner, 1)) if self.form == "row" else CHUNK
+            self.grid = max(math.prod(k.domain[:self.outer]), 1)
+        self.num_warps = 8 if self.block >= 2048 else 4
+        self.pass_index = 0
+        self.text = self.render()
+
+    # -- source lines
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def param(self, owner: Value) -> str:
+        if owner not in self.param_of:
+            self.param_of[owner] = f"p{len(self.params)}"
+            self.params.append(owner)
+        return self.param_of[owner]
+
+    def fresh(self, n: Value) -> str:
+        return f"v{self.pos[n]}"
+
+    # -- indices
+    def index(self, strides: list[int], offset: int = 0) -> str:
+        """offset + sum of coordinate * stride, coordinates from the program id (outer axes) and the
+        lane index (inner axes); neighbouring axes walked contiguously are one term."""
+        k = self.k
+        terms = []
+        for lo, hi, base in ((0, self.outer, "pid"), (self.outer, self.r, "i")):
+            if self.form == "flat" and base == "pid":
+                continue
+            sizes = k.domain[lo:hi]
+            cs = c_strides(sizes, 1)
+            total = math.prod(sizes)
+            d = lo
+            while d < hi:
+                if strides[d] == 0 or k.domain[d] == 1:
+                    d += 1
+                    continue
+                e = d  # extend the group while the stride is contiguous with the next axis
+                while e + 1 < hi and strides[e] == strides[e + 1] * k.domain[e + 1] and k.domain[e + 1] != 1:
+                    e += 1
+                size = math.prod(k.domain[d:e + 1])
+                div = cs[e - lo]
+                coord = base if div == 1 else f"({base} // {div})"
+                if size * div < total:
+                    coord = f"({coord} % {size})"
+                s = strides[e]
+                terms.append(coord if s == 1 else f"{coord} * {s}")
+                d = e + 1
+        if offset or not terms:
+            terms.append(str(offset))
+        return " + ".join(terms)
+
+    def lanes(self, strides: list[int]) -> bool:
+        """Whether an access with these domain strides differs between the lanes of a program (flat: any axis;
+        rows: the inner axes); one that does not is a scalar load or store."""
+        start = 0 if self.form == "flat" else self.outer
+        return any(strides[d] and self.k.domain[d] > 1 for d in range(start, self.r))
+
+    def is_vector(self, n: Value) -> bool:
+        """Whether in-kernel value n differs between lanes (row values are scalars in row kernels)."""
+        start = 0 if self.form == "flat" else self.outer
+        return any(d is not None and d >= start and self.k.domain[d] > 1 for d in self.k.maps[n])
+
+    def varies(self, u: Value, want: tuple) -> bool:
+        """Whether operand u (read with axis map `want`) differs between lanes."""
+        if self.literal_value(u) is not None:
+            return False
+        p = in_kernel_value(self.k, u)
+        if p is not None:
+            return self.is_vector(p)
+        return self.lanes(mapped(self.program.access[u].strides, want, self.r))
+
+    # -- values
+    def literal_value(self, u: Value) -> str | None:
+        if (u in self.immediates or u.op == "const" and not u.ndim) and u not in self.program.access:
+            c = self.immediates.get(u, u)
+            return literal(c.attrs["value"].item(), u.dtype)
+        return None
+
+    def load(self, u: Value, want: tuple) -> str:
+        """Operand u read from memory with axis map `want`: a masked vector load, or in a row kernel a
+        scalar load when u is constant along the row."""
+        acc = self.program.access[u]
+        strides = mapped(acc.strides, want, self.r)
+        ptr = f"{self.param(acc.owner)} + {self.index(strides, acc.offset)}"
+        text = f"tl.load({ptr}, mask=live, other={literal(0, u.dtype)})" if self.lanes(strides) else f"tl.load({ptr})"
+        return text + (".to(tl.float32)" if u.dtype in STORAGE else "")
+
+    def value(self, u: Value, want: tuple, memo: dict) -> str:
+        lit = self.literal_value(u)
+        if lit is not None:
+            return lit
+        p = in_kernel_value(self.k, u)
+        if p is None:
+            return self.load(u, want)
+        if p in self.row:
+            return self.row[p]
+        if self.stored_earlier(p):
+            acc = self.program.access[p]
+            strides = mapped(c_strides(p.shape, 1), self.k.maps[p], self.r)
+            mask = ", mask=live" if self.lanes(strides) else ""
+            text = f"tl.load({self.param(acc.owner)} + {self.index(strides, acc.offset)}{mask})"
+            return text + (".to(tl.float32)" if p.dtype in STORAGE else "")
+        return self.compute(p, memo)
+
+    def stored_earlier(self, p: Value) -> bool:
+        k = self.k
+        return (self.form == "chunked" and p in k.stored and p not in k.copies and p not in k.row_after
+                and k.passes.get(p, 0) < self.pass_index)
+
+    def compute(self, n: Value, memo: dict) -> str:
+        """n's variable, emitting its in-kernel operands first (in dependency order, without recursion)."""
+        stack = [(n, False)]
+        while stack:
+            v, ready = stack.pop()
+            if v in memo:
+                continue
+            if ready:
+                name = self.fresh(v)
+                self.emit(f"{name} = {self.expression(v, memo)}  # {self.comment(v)}")
+                memo[v] = name
+                continue
+            stack.append((v, True))
+            for u in ([self.k.copies[v]] if v in self.k.copies else v.inputs):
+                p = in_kernel_value(self.k, u)
+                if p is not None and p not in memo and p not in self.row and not self.stored_earlier(p):
+                    stack.append((p, False))
+        return memo[n]
+
+    def comment(self, n: Value) -> str:
+        where = f"  ({n.source})" if n.source else ""
+        return f"{n.op} -> {dtypes.short(n.dtype)}{list(n.shape)}{where}"
+
+    def rounded(self, text: str, dt) -> str:
+        return f"({text}).to({STORAGE[dt]}).to(tl.float32)" if dt in STORAGE else text
+
+    def expression(self, n: Value, memo: dict) -> str:
+        k = self.k
+        if n in k.copies:
+            return self.value(k.copies[n], tuple(range(self.r)), memo)
+        if n.op == "take":
+            return self.gather(n, memo)
+        if n.op in PLACEMENTS:
+            return self.place(n, memo)
+        xs = [self.value(u, k.maps[n], memo) for u in n.inputs]
+        if n.op == "check_classes":
+            self.check_classes(n, xs[0])
+            return xs[0]
+        return self.rounded(self.elementwise(n, xs), n.dtype)
+
+    def elementwise(self, n: Value, xs: list[str]) -> str:
+        op = n.op
+        dt = n.inputs[0].dtype if n.inputs else n.dtype
+        fl = is_float(dt)
+        x = xs[0]
+        y = xs[1] if len(xs) > 1 else None
+        if op == "stop_gradient":
+            return x
+        if op == "convert":
+            if n.dtype == dtypes.bool_:
+                return f"({x} != {literal(0, dt)})"
+            return f"({x}).to({COMPUTE[n.dtype]})"
+        if op in MATH:
+            return f"{MATH[op]}({x})"
+        if op == "negative":
+            return f"(-{x})"
+        if op == "relu":
+            return f"tl.where({x} <= {literal(0, dt)}, {literal(0, dt)}, {x})"
+        if op == "rsqrt":
+            return f"(1.0 / tl.sqrt({x}))"
+        if op == "abs":
+            return f"tl.abs({x})"
+        if op == "sign":
+            one, zero = literal(1, dt), literal(0, dt)
+            inner = f"tl.where({x} < {zero}, -{one}, {zero})" if not fl else \
+                f"tl.where({x} < {zero}, -{one}, tl.where({x} == {zero}, {zero}, {x}))"
+            return f"tl.where({x} > {zero}, {one}, {inner})"
+        if op in ("add", "subtract", "multiply"):
+            if dt == dtypes.bool_:
+                return f"({x} {dict(add='|', multiply='&', subtract='^')[op]} {y})"
+            return f"({x} {dict(add='+', subtract='-', multiply='*')[op]} {y})"
+        if op == "divide":
+            return f"({x} / {y})"
+        if op == "power":
+            return f"mathfn.pow({x}, {y})"
+        if op in ("maximum", "minimum"):
+            if dt == dtypes.bool_:
+                return f"({x} {'|' if op == 'maximum' else '&'} {y})"
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if fl else ""
+            return f"tl.{op}({x}, {y}{nan})"
+        if op in COMPARE:
+            return f"({x} {COMPARE[op]} {y})"
+        if op == "remainder":
+            return self.remainder(x, y, dt)
+        if op in ("logical_and", "logical_or"):
+            a, b = self.truth(x, n.inputs[0].dtype), self.truth(y, n.inputs[1].dtype)
+            return f"({a} {'&' if op == 'logical_and' else '|'} {b})"
+        if op == "logical_not":
+            return f"(~{self.truth(x, dt)})" if dt != dtypes.bool_ else f"({x} == 0)"
+        if op == "where":
+            return f"tl.where({self.truth(x, dt)}, {xs[1]}, {xs[2]})"
+        raise NotImplementedError(op)
+
+    def truth(self, x: str, dt) -> str:
+        return x if dt == dtypes.bool_ else f"({x} != {literal(0, dt)})"
+
+    def remainder(self, x: str, y: str, dt) -> str:
+        """NumPy's floored remainder (the divisor's sign) from the truncated one `%` gives."""
+        zero = literal(0, dt)
+        r = f"({x} % {y})"
+        fixed = f"tl.where(({r} != {zero}) & (({r} < {zero}) != ({y} < {zero})), {r} + {y}, {r})"
+        return fixed if is_float(dt) else f"tl.where({y} == 0, 0, {fixed})"
+
+    def flag(self, bad: str, n: Value, vector: bool) -> None:
+        """Record that node n met bad input: its code in the error word (the host raises the located error)."""
+        code = self.pos[n] + 1
+        if vector:
+            self.emit(f"tl.store(err + {bad} * 0, {bad} * 0 + {code}, mask=({bad}) & live)")
+        else:
+            self.emit(f"tl.store(err, {code}, mask={bad})")
+
+    def gather(self, n: Value, memo) -> str:
+        x, idx = n.inputs
+        axis, m = n.attrs["axis"], self.k.maps[n]
+        i = self.value(idx, m[axis:axis + idx.ndim], memo)
+        size = x.shape[axis]
+        j = f"g{self.pos[n]}"
+        self.emit(f"{j} = ({i}).to(tl.int64)")
+        self.emit(f"{j} = tl.where({j} < 0, {j} + {size}, {j})")
+        self.flag(f"(({j} < 0) | ({j} >= {size}))", n, self.varies(idx, m[axis:axis + idx.ndim]))
+        self.emit(f"{j} = tl.where(({j} < 0) | ({j} >= {size}), 0, {j})")
+        acc = self.program.access[x]
+        xm = tuple(m[:axis]) + tuple(m[axis + idx.ndim:])
+        rest = list(acc.strides[:axis]) + list(acc.strides[axis + 1:])
+        base = self.index(mapped(rest, xm, self.r), acc.offset)
+        mask = ", mask=live" if self.varies(idx, m[axis:axis + idx.ndim]) or self.lanes(mapped(rest, xm, self.r)) else ""
+        text = f"tl.load({self.param(acc.owner)} + {base} + {j} * {acc.strides[axis]}{mask})"
+        return text + (".to(tl.float32)" if x.dtype in STORAGE else "")
+
+    def check_classes(self, n: Value, i: str) -> None:
+        size, ignore = n.attrs["size"], n.attrs["ignore"]
+        bad = f"(({i} < 0) | ({i} >= {size}))"
+        if ignore is not None:
+            bad = f"({bad} & ({i} != {ignore}))"
+        self.flag(bad, n, self.varies(n.inputs[0], self.k.maps[n]))
+
+    # -- pad, concatenate, update_slice: per-axis coordinates, masked loads
+    def coords(self, n: Value) -> list[str]:
+        out = []
+        for d in self.k.maps[n]:
+            if d is None:
+                out.append("0")
+                continue
+            strides = [0] * self.r
+            strides[d] = 1
+            out.append(f"({self.index(strides)})")
+        return out
+
+    def load_where(self, inside: str, u: Value, coords: list[str], otherwise: str) -> str:
+        lit = self.literal_value(u)
+        if lit is not None:
+            return f"tl.where({inside}, {lit}, {otherwise})"
+        acc = self.program.access[u]
+        at = " + ".join([f"{c} * {s}" for c, s in zip(coords, acc.strides) if s] + [str(acc.offset)])
+        text = f"tl.load({self.param(acc.owner)} + {at}, mask=({inside}) & live, other={literal(0, u.dtype)})"
+        text += ".to(tl.float32)" if u.dtype in STORAGE else ""
+        return f"tl.where({inside}, {text}, {otherwise})"
+
+    def strided(self, c: str, start: int, step: int, count: int) -> tuple[str, str]:
+        t = f"({c} - {start})"
+        k = t if step == 1 else f"({t} // {step})"
+        inside = f"(({t} >= 0) & ({t} < {count * step - step + 1}))" if count else "False"
+        if step != 1:
+            inside = f"({inside} & ({t} % {step} == 0))"
+        return inside, k
+
+    def place(self, n: Value, memo) -> str:
+        a, c = n.attrs, self.coords(n)
+        if n.op == "pad":
+            x = n.inputs[0]
+            parts, at = [], []
+            for ci, lo, inter, size in zip(c, a["lo"], a["interior"], x.shape):
+                ok, k = self.strided(ci, lo, inter + 1, size)
+                parts.append(ok)
+                at.append(k)
+            return self.load_where(" & ".join(parts) or "True", x, at, literal(a["value"], n.dtype))
+        if n.op == "concatenate":
+            axis, offset, value = a["axis"], 0, literal(0, n.dtype)
+            for x in n.inputs:
+                size = x.shape[axis]
+                ok = f"(({c[axis]} >= {offset}) & ({c[axis]} < {offset + size}))"
+                at = c[:axis] + [f"({c[axis]} - {offset})"] + c[axis + 1:]
+                value = self.load_where(ok, x, at, value)
+                offset += size
+            return value
+        x, v = n.inputs  # update_slice
+        parts, at = [], []
+        for ci, start, stop, step in zip(c, a["starts"], a["stops"], a["steps"]):
+            ok, k = self.strided(ci, start, step, len(range(start, stop, step)))
+            parts.append(ok)
+            at.append(k)
+        return self.load_where(" & ".join(parts) or "True", v, at, self.value(x, self.k.maps[n], memo))
+
+    # -- stores and reductions
+    def store(self, n: Value, text: str) -> None:
+        k = self.k
+        strides = c_strides(k.domain, 1) if n in k.copies else mapped(c_strides(n.shape, 1), k.maps[n], self.r)
+        acc = self.program.access[n]
+        ptr = f"{self.param(acc.owner)} + {self.index(list(strides))}"
+        value = f"({text}).to({STORAGE[n.dtype]})" if n.dtype in STORAGE else text
+        if self.lanes(list(strides)):
+            self.emit(f"tl.store({ptr}, {value}, mask=live)")
+        else:
+            self.emit(f"tl.store({ptr}, {value})")
+
+    def accumulate(self, n: Value, x: str) -> None:
+        """A reduction into memory (the host zeroed the buffer): atomic adds."""
+        k = self.k
+        acc = self.program.access[n]
+        strides = mapped(c_strides(n.shape, 1), k.maps[n], self.r)
+        ptr = f"{self.param(acc.owner)} + {self.index(strides)}"
+        if self.lanes(strides):
+            self.emit(f"tl.atomic_add({ptr}, {x}, mask=live)")
+        elif self.varies(n.inputs[0], tuple(range(self.r))):  # one address for all lanes: add their sum once
+            self.emit(f"tl.atomic_add({ptr}, tl.sum(tl.where(live, {x}, {literal(0, n.dtype)}), axis=0))")
+        else:
+            self.emit(f"tl.atomic_add({ptr}, {x})")
+
+    def reduce_vector(self, n: Value, x: str) -> str:
+        """Row reduction of a full-row vector (register form) to a scalar, NaN propagating as NumPy's."""
+        dt = n.dtype
+        if n.op == "sum":
+            return f"tl.sum(tl.where(live, {x}, {literal(0, dt)}), axis=0)"
+        f = "tl.max" if n.op == "max" else "tl.min"
+        text = f"{f}(tl.where(live, {x}, {identity(n.op, dt)}), axis=0)"
+        if is_float(dt):
+            text = f"tl.where(tl.sum(tl.where(live & ({x} != {x}), 1, 0), axis=0) > 0, float('nan'), {text})"
+        return text
+
+    def arg_vector(self, n: Value, x: str) -> str:
+        """argmax/argmin of a full row: the first index of the extreme (of the first NaN, if any), as NumPy."""
+        big = self.inner_size
+        f = "tl.max" if n.op == "argmax" else "tl.min"
+        ext = f"{f}(tl.where(live, {x}, {identity(n.op, n.inputs[0].dtype)}), axis=0)"
+        first = f"tl.min(tl.where(live & ({x} == e{self.pos[n]}), i, {big}), axis=0)"
+        self.emit(f"e{self.pos[n]} = {ext}")
+        if is_float(n.inputs[0].dtype):
+            nan = f"tl.min(tl.where(live & ({x} != {x}), i, {big}), axis=0)"
+            return f"tl.where({nan} < {big}, {nan}, {first}).to(tl.int64)"
+        return f"({first}).to(tl.int64)"
+
+    # -- the kernel
+    def render(self) -> str:
+        k = self.k
+        self.emit("pid = tl.program_id(0)")
+        if self.form == "flat":
+            self.emit(f"i = pid * {self.block} + tl.arange(0, {self.block})")
+            self.emit(f"live = i < {self.inner_size}")
+            memo: dict = {}
+            full = tuple(range(self.r))
+            for n in k.nodes:
+                if n in k.accumulated:
+                    self.accumulate(n, self.sum_operand(n, self.value(n.inputs[0], full, memo)))
+                elif n in k.stored:
+                    self.store(n, self.compute(n, memo))
+        elif self.form == "row":
+            self.emit(f"i = tl.arange(0, {self.block})")
+            self.emit(f"live = i < {self.inner_size}")
+            memo = {}
+            self.rows_after(0, memo)
+            for p in range(k.num_passes):
+                self.pass_index = p
+                self.register_pass(p, memo)
+                self.rows_after(p + 1, memo)
+        else:
+            self.rows_after(0, {})
+            for p in range(k.num_passes):
+                self.pass_index = p
+                self.chunked_pass(p)
+                self.rows_after(p + 1, {})
+        body = "\n".join(self.lines)
+        params = ", ".join([f"p{j}" for j in range(len(self.params))] + ["err"])
+        head = f"@triton.jit\ndef {self.name}({params}):\n"
+        doc = f'    """{self.describe()}"""\n'
+        return head + doc + body + "\n"
+
+    def describe(self) -> str:
+        k = self.k
+        if self.form == "flat":
+            return f"{len(k.nodes)} nodes over {self.inner_size} points; {self.grid} programs of {self.block}"
+        what = "whole row in registers" if self.form == "row" else f"chunks of {self.block}, {k.num_passes} passes"
+        return f"{len(k.nodes)} nodes; {self.grid} rows of {self.inner_size} ({what})"
+
+    def sum_operand(self, n: Value, x: str) -> str:
+        xd = n.inputs[0].dtype
+        return f"({x}).to({COMPUTE[n.dtype]})" if n.op == "sum" and xd != n.dtype else x
+
+    def rows_after(self, after: int, memo: dict) -> None:
+        """The row values that can be computed once `after` passes are done, in node order."""
+        k = self.k
+        for n in k.nodes:
+            if k.row_after.get(n) != after or n not in k.row_after:
+                continue
+            if n.op in REDUCTIONS or n.op in ARG_REDUCTIONS:
+                continue  # made by their pass
+            name = self.compute(n, memo)
+            self.row[n] = name
+            if n in k.stored:
+                self.store(n, name)
+
+    def register_pass(self, p: int, memo: dict) -> None:
+        k = self.k
+        full = tuple(range(self.r))
+        for n in k.nodes:
+            if k.passes.get(n) != p or (n in k.row_after and n.op not in REDUCTIONS and n.op not in ARG_REDUCTIONS):
+                continue
+            if n in k.accumulated:
+                self.accumulate(n, self.sum_operand(n, self.value(n.inputs[0], full, memo)))
+            elif n.op in REDUCTIONS:
+                x = self.sum_operand(n, self.value(n.inputs[0], full, memo))
+                name = f"v{self.pos[n]}"
+                self.emit(f"{name} = {self.rounded(self.reduce_vector(n, x), n.dtype)}  # {self.comment(n)}")
+                self.row[n] = memo[n] = name
+                if n in k.stored:
+                    self.store(n, name)
+            elif n.op in ARG_REDUCTIONS:
+                x = self.value(n.inputs[0], full, memo)
+                name = f"v{self.pos[n]}"
+                self.emit(f"{name} = {self.arg_vector(n, x)}  # {self.comment(n)}")
+                self.row[n] = memo[n] = name
+                if n in k.stored:
+                    self.store(n, name)
+            elif n in k.stored:
+                self.store(n, self.compute(n, memo))
+
+    def chunked_pass(self, p: int) -> None:
+        k = self.k
+        full = tuple(range(self.r))
+        reductions = [n for n in k.nodes if k.passes.get(n) == p and n.op in REDUCTIONS and n not in k.accumulated]
+        for n in reductions:
+            dt = COMPUTE[n.dtype]
+            self.emit(f"a{self.pos[n]} = tl.full([{self.block}], {identity(n.op, n.dtype)}, {dt})")
+            if n.op != "sum" and is_float(n.dtype):
+                self.emit(f"nan{self.pos[n]} = tl.zeros([{self.block}], tl.int32)")
+        self.emit(f"for start in range(0, {self.inner_size}, {self.block}):")
+        self.depth += 1
+        self.emit(f"i = start + tl.arange(0, {self.block})")
+        self.emit(f"live = i < {self.inner_size}")
+        memo: dict = {}
+        for n in k.nodes:
+            if k.passes.get(n) != p or (n in k.row_after and n.op not in REDUCTIONS):
+                continue
+            if n in k.accumulated:
+                self.accumulate(n, self.sum_operand(n, self.value(n.inputs[0], full, memo)))
+            elif n.op in REDUCTIONS:
+                x = self.sum_operand(n, self.value(n.inputs[0], full, memo))
+                a = f"a{self.pos[n]}"
+                if n.op == "sum":
+                    self.emit(f"{a} += tl.where(live, {x}, {literal(0, n.dtype)})")
+                else:
+                    f = "tl.maximum" if n.op == "max" else "tl.minimum"
+                    self.emit(f"{a} = {f}({a}, tl.where(live, {x}, {identity(n.op, n.dtype)}))")
+                    if is_float(n.dtype):
+                        self.emit(f"nan{self.pos[n]} += tl.where(live & ({x} != {x}), 1, 0)")
+            elif n in k.stored:
+                self.store(n, self.compute(n, memo))
+        self.depth -= 1
+        for n in reductions:
+            j = self.pos[n]
+            f = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[n.op]
+            text = f"{f}(a{j}, axis=0)"
+            if n.op != "sum" and is_float(n.dtype):
+                text = f"tl.where(tl.sum(nan{j}, axis=0) > 0, float('nan'), {text})"
+            self.emit(f"v{j} = {self.rounded(text, n.dtype)}  # {self.comment(n)}")
+            self.row[n] = f"v{j}"
+            if n in k.stored:
+                self.store(n, f"v{j}")
+
+
+__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "next_pow2", "unrendered"]

@@ -1,0 +1,48 @@
+"""Math functions the generated Triton kernels call, written with `triton.language` core ops only.
+
+Triton's core has exp, log, sin, cos, sqrt and erf; tanh, expm1, sigmoid and pow come from libdevice
+on a GPU, which the CPU interpreter (TRITON_INTERPRET=1) cannot run. These versions run in both, so
+the interpreter tests check the code the GPU runs. Each is accurate to a few ulps where NumPy's is
+the reference: expm1 by Kahan's correction of exp(x) - 1, tanh through expm1 (no cancellation near 0),
+sigmoid from the side where exp cannot overflow.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def expm1(x):
+    # Kahan: u = exp(x); (u - 1) * x / log(u) cancels the rounding of u (exact at u == 1 and u == 0)
+    u = tl.exp(x)
+    um1 = u - 1.0
+    fixed = um1 * x / tl.log(tl.where(u == 1.0, 2.0, u))  # (the u == 1 lane is replaced below)
+    out = tl.where(um1 == -1.0, -1.0, tl.where(u == 1.0, x, fixed))
+    return tl.where(u == float("inf"), u, tl.where(x != x, x, out))
+
+
+@triton.jit
+def tanh(x):
+    # tanh|x| = -expm1(-2|x|) / (expm1(-2|x|) + 2), then the sign of x; NaN stays NaN
+    e = expm1(-2.0 * tl.abs(x))
+    t = -e / (e + 2.0)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def sigmoid(x):
+    z = tl.exp(-tl.abs(x))  # never overflows
+    return tl.where(x >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
+
+
+@triton.jit
+def pow(x, y):
+    # NumPy's float power: |x|^y = exp(y log|x|); a negative base needs an integer exponent (odd: negative)
+    ax = tl.abs(x)
+    r = tl.exp(y * tl.log(ax))
+    integral = tl.floor(y) == y
+    odd = integral & (tl.floor(y * 0.5) * 2.0 != y)
+    r = tl.where((x < 0) & odd, -r, r)
+    r = tl.where((x < 0) & (~integral), float("nan"), r)
+    r = tl.where(y == 0, 1.0, r)  # 0^0 = nan^0 = 1
+    return tl.where(x == 1.0, 1.0, r)
