@@ -14,6 +14,9 @@ settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+# the Triton backend's kernels run on the CPU through Triton's interpreter, unless a GPU run asks otherwise
+# (benchmarks/gpu_check.sh sets TRITON_INTERPRET=0); set before anything imports triton
+os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("GRADIR_CHECK", "1")  # compiled code asserts every shape/dtype the IR states
 os.environ.setdefault("GRADIR_VERIFY", "1")  # every pass's result is verified
 if "GRADIR_CACHE_DIR" not in os.environ:  # compiled object code: cached for this test run only, never in ~/.cache
@@ -37,11 +40,24 @@ def names_path():
     return path
 
 
-@pytest.fixture(scope="module", params=["numpy", "llvm"])
+def triton_missing() -> str | None:
+    """Why the Triton backend's tests cannot run here (None: they can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (pip install -e '.[triton]')"
+    return None
+
+
+@pytest.fixture(scope="module", params=["numpy", "llvm", "triton"])
 def eager_backend(request):
-    """Run a module's tests twice: eager transformations executed by the NumPy interpreter, then by
-    the LLVM backend (each graph compiled first), so the LLVM backend meets every op test's oracle."""
+    """Run a module's tests on each backend: eager transformations executed by the NumPy interpreter, then
+    by the LLVM backend and the Triton backend (each graph compiled first; Triton's kernels under its CPU
+    interpreter), so every compiled backend meets every op test's oracle."""
     import gradir.api
+
+    if request.param == "triton" and triton_missing():
+        pytest.skip(triton_missing())
 
     before = gradir.api.EAGER_BACKEND
     gradir.api.EAGER_BACKEND = request.param

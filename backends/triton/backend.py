@@ -42,7 +42,7 @@ from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, FusedProgram, fuse, kernel_header
 from gradir.primitive import get_primitive
 
-from .codegen import LoopSource, literal, next_pow2, unrendered
+from .codegen import LoopSource, coordinate, literal, next_pow2, unrendered
 
 HEADER = '''"""Triton kernels gradir generated for {name}."""
 import triton
@@ -101,10 +101,14 @@ def to_numpy(t) -> np.ndarray:
 
 
 def cache_dir() -> pathlib.Path:
-    from gradir.backends.llvm.backend import cache_dir as llvm_cache
+    """Where generated kernel modules are written: `$GRADIR_CACHE_DIR/triton` (default ~/.cache/gradir/triton;
+    with GRADIR_CACHE_DIR=off, a folder in the temporary directory)."""
+    where = os.environ.get("GRADIR_CACHE_DIR", "")
+    if where.lower() in ("off", "0", "none", "false"):
+        import tempfile
 
-    base = llvm_cache()
-    return (base.parent if base is not None else pathlib.Path.home() / ".cache" / "gradir") / "triton"
+        return pathlib.Path(tempfile.gettempdir()) / "gradir-triton"
+    return (pathlib.Path(where) if where else pathlib.Path.home() / ".cache" / "gradir") / "triton"
 
 
 def _import_source(text: str, name: str):
@@ -114,7 +118,9 @@ def _import_source(text: str, name: str):
     module_name = f"gradir_triton_{digest}"
     if module_name in sys.modules:
         return sys.modules[module_name], f"{module_name}.py"
-    for where in (cache_dir(), pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "gradir-triton"):
+    import tempfile
+
+    for where in (cache_dir(), pathlib.Path(tempfile.gettempdir()) / "gradir-triton"):
         path = where / f"{module_name}.py"
         try:
             if not path.exists() or path.read_text() != text:
@@ -142,10 +148,16 @@ def scatter_source(program: FusedProgram, k, name: str) -> tuple[str, tuple, lis
     total = max(math.prod(g.shape), 1)
     block = min(1024, next_pow2(total))
     cs = c_strides(g.shape, 1)
-    coords = [f"((i // {cs[d]}) % {g.shape[d]})" for d in range(g.ndim)]
+    coords = [coordinate("i", cs[d], g.shape[d], total) for d in range(g.ndim)]
 
     def linear(cs_, strides, offset=0):
-        return " + ".join([f"{c} * {s}" for c, s in zip(cs_, strides) if s] + [str(offset)])
+        return " + ".join([f"{c} * {s}" for c, s in zip(cs_, strides) if s and c != "0"] + [str(offset)])
+
+    def load(ptr, coords_, acc, dt):  # a masked lane load, or one element broadcast
+        at = linear(coords_, acc.strides, acc.offset)
+        if any(s for s in acc.strides):
+            return f"tl.load({ptr} + {at}, mask=live, other={literal(0, dt)})"
+        return f"tl.load({ptr} + {at})"
     out_strides = c_strides(n.shape, 1)
     oc = coords[:axis] + ["j"] + coords[axis + idx.ndim:]
     lines = [
@@ -155,11 +167,10 @@ def scatter_source(program: FusedProgram, k, name: str) -> tuple[str, tuple, lis
         "    pid = tl.program_id(0)",
         f"    i = pid * {block} + tl.arange(0, {block})",
         f"    live = i < {total}",
-        f"    j = tl.load(p1 + {linear(coords[axis:axis + idx.ndim], I.strides, I.offset)}, mask=live, other=0)"
-        ".to(tl.int64)",
+        f"    j = {load('p1', coords[axis:axis + idx.ndim], I, idx.dtype)}.to(tl.int64)",
         f"    j = j % {size}",
         f"    j = tl.where(j < 0, j + {size}, j)",
-        f"    x = tl.load(p0 + {linear(coords, G.strides, G.offset)}, mask=live, other={literal(0, g.dtype)})",
+        f"    x = {load('p0', coords, G, g.dtype)}",
         f"    tl.atomic_add(p2 + {linear(oc, out_strides)}, x, mask=live)",
     ]
     return "\n".join(lines) + "\n", (-(-total // block),), [G.owner, I.owner, program.access[n].owner]
@@ -297,8 +308,11 @@ class TritonCompiled:
                     bufs[p.access[n].owner].zero_()
                 name, grid, params, warps = launch
                 fn = getattr(self.module, name)
-                kwargs = {} if interpreting() else {"num_warps": warps}
-                fn[grid](*[bufs[o] for o in params], self.err, **kwargs)
+                if interpreting():  # NumPy computes the masked-off lanes too (on zeros): no warnings from them
+                    with np.errstate(all="ignore"):
+                        fn[grid](*[bufs[o] for o in params], self.err)
+                else:
+                    fn[grid](*[bufs[o] for o in params], self.err, num_warps=warps)
             elif kind == "matmul":
                 self._matmul(k, bufs)
             else:

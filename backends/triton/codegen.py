@@ -96,6 +96,21 @@ def identity(op: str, dt) -> str:
     return literal(info.min if op in ("max", "argmax") else info.max, dt)
 
 
+def _and(x: str, y: str) -> str:
+    # bool & and | through tl.where: Triton's interpreter cannot `&` a scalar comparison with a block
+    return f"tl.where({x}, {y}, False)"
+
+
+def _or(x: str, y: str) -> str:
+    return f"tl.where({x}, True, {y})"
+
+
+def coordinate(base: str, div: int, size: int, total: int) -> str:
+    """Axis coordinate `(base // div) % size` of a flat index below `total`, without the parts that do nothing."""
+    c = base if div == 1 else f"({base} // {div})"
+    return f"({c} % {size})" if size * div < total else c
+
+
 def mapped(strides, m, r: int) -> list[int]:
     """A value's strides (per its axes) as strides per domain axis, through its axis map `m`."""
     v = [0] * r
@@ -168,11 +183,7 @@ class LoopSource:
                 e = d  # extend the group while the stride is contiguous with the next axis
                 while e + 1 < hi and strides[e] == strides[e + 1] * k.domain[e + 1] and k.domain[e + 1] != 1:
                     e += 1
-                size = math.prod(k.domain[d:e + 1])
-                div = cs[e - lo]
-                coord = base if div == 1 else f"({base} // {div})"
-                if size * div < total:
-                    coord = f"({coord} % {size})"
+                coord = coordinate(base, cs[e - lo], math.prod(k.domain[d:e + 1]), total)
                 s = strides[e]
                 terms.append(coord if s == 1 else f"{coord} * {s}")
                 d = e + 1
@@ -307,7 +318,7 @@ class LoopSource:
             return f"tl.where({x} > {zero}, {one}, {inner})"
         if op in ("add", "subtract", "multiply"):
             if dt == dtypes.bool_:
-                return f"({x} {dict(add='|', multiply='&', subtract='^')[op]} {y})"
+                return {"add": _or(x, y), "multiply": _and(x, y), "subtract": f"({x} != {y})"}[op]
             return f"({x} {dict(add='+', subtract='-', multiply='*')[op]} {y})"
         if op == "divide":
             return f"({x} / {y})"
@@ -315,7 +326,7 @@ class LoopSource:
             return f"mathfn.pow({x}, {y})"
         if op in ("maximum", "minimum"):
             if dt == dtypes.bool_:
-                return f"({x} {'|' if op == 'maximum' else '&'} {y})"
+                return _or(x, y) if op == "maximum" else _and(x, y)
             nan = ", propagate_nan=tl.PropagateNan.ALL" if fl else ""
             return f"tl.{op}({x}, {y}{nan})"
         if op in COMPARE:
@@ -324,7 +335,7 @@ class LoopSource:
             return self.remainder(x, y, dt)
         if op in ("logical_and", "logical_or"):
             a, b = self.truth(x, n.inputs[0].dtype), self.truth(y, n.inputs[1].dtype)
-            return f"({a} {'&' if op == 'logical_and' else '|'} {b})"
+            return _and(a, b) if op == "logical_and" else _or(a, b)
         if op == "logical_not":
             return f"(~{self.truth(x, dt)})" if dt != dtypes.bool_ else f"({x} == 0)"
         if op == "where":
@@ -391,8 +402,12 @@ class LoopSource:
         if lit is not None:
             return f"tl.where({inside}, {lit}, {otherwise})"
         acc = self.program.access[u]
-        at = " + ".join([f"{c} * {s}" for c, s in zip(coords, acc.strides) if s] + [str(acc.offset)])
-        text = f"tl.load({self.param(acc.owner)} + {at}, mask=({inside}) & live, other={literal(0, u.dtype)})"
+        terms = [f"{c} * {s}" for c, s in zip(coords, acc.strides) if s]
+        at = " + ".join(terms + [str(acc.offset)])
+        if terms:  # positions outside u are masked off, never read
+            text = f"tl.load({self.param(acc.owner)} + {at}, mask=({inside}) & live, other={literal(0, u.dtype)})"
+        else:  # u is one element broadcast
+            text = f"tl.load({self.param(acc.owner)} + {at})"
         text += ".to(tl.float32)" if u.dtype in STORAGE else ""
         return f"tl.where({inside}, {text}, {otherwise})"
 
@@ -444,17 +459,17 @@ class LoopSource:
             self.emit(f"tl.store({ptr}, {value})")
 
     def accumulate(self, n: Value, x: str) -> None:
-        """A reduction into memory (the host zeroed the buffer): atomic adds."""
+        """A reduction into memory (the host zeroed the buffer): atomic adds, one term per domain point."""
         k = self.k
         acc = self.program.access[n]
         strides = mapped(c_strides(n.shape, 1), k.maps[n], self.r)
         ptr = f"{self.param(acc.owner)} + {self.index(strides)}"
+        # one term per domain point: per lane where the address differs between lanes, else the lanes' sum
+        # added once (a value constant across the lanes still counts once per lane)
         if self.lanes(strides):
             self.emit(f"tl.atomic_add({ptr}, {x}, mask=live)")
-        elif self.varies(n.inputs[0], tuple(range(self.r))):  # one address for all lanes: add their sum once
-            self.emit(f"tl.atomic_add({ptr}, tl.sum(tl.where(live, {x}, {literal(0, n.dtype)}), axis=0))")
         else:
-            self.emit(f"tl.atomic_add({ptr}, {x})")
+            self.emit(f"tl.atomic_add({ptr}, tl.sum(tl.where(live, {x}, {literal(0, n.dtype)}), axis=0))")
 
     def reduce_vector(self, n: Value, x: str) -> str:
         """Row reduction of a full-row vector (register form) to a scalar, NaN propagating as NumPy's."""
@@ -607,4 +622,4 @@ class LoopSource:
                 self.store(n, f"v{j}")
 
 
-__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "next_pow2", "unrendered"]
+__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "coordinate", "literal", "next_pow2", "unrendered"]

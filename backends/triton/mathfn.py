@@ -38,11 +38,10 @@ def sigmoid(x):
 @triton.jit
 def pow(x, y):
     # NumPy's float power: |x|^y = exp(y log|x|); a negative base needs an integer exponent (odd: negative)
-    ax = tl.abs(x)
-    r = tl.exp(y * tl.log(ax))
+    r = tl.exp(y * tl.log(tl.abs(x)))
     integral = tl.floor(y) == y
-    odd = integral & (tl.floor(y * 0.5) * 2.0 != y)
-    r = tl.where((x < 0) & odd, -r, r)
-    r = tl.where((x < 0) & (~integral), float("nan"), r)
+    odd = tl.where(integral, tl.floor(y * 0.5) * 2.0 != y, False)
+    negative = tl.where(odd, -r, r)
+    r = tl.where(x < 0, tl.where(integral, negative, float("nan")), r)
     r = tl.where(y == 0, 1.0, r)  # 0^0 = nan^0 = 1
     return tl.where(x == 1.0, 1.0, r)
