@@ -39,7 +39,7 @@ from gradir.errors import ExecutionError, UnsupportedOpError
 from gradir.fileio import write_atomic
 from gradir.ir import Graph, Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import LOOP, MATMUL, SCATTER, FusedProgram, fuse, kernel_header
+from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, FusedProgram, fuse, kernel_header
 from gradir.primitive import get_primitive
 
 from .codegen import LoopSource, coordinate, literal, next_pow2, unrendered
@@ -341,11 +341,10 @@ class TritonCompiled:
         n = k.nodes[0]
         a, b = (self._view(u, bufs) for u in n.inputs)
         product = torch.matmul(a, b)
-        if k.epilogue is not None:
-            product = self._view(k.bias, bufs) + product
+        out = n
+        if k.epilogue is not None:  # the bias add the product's buffer starts from (its shape may be a reshape's)
             out = k.epilogue
-        else:
-            out = n
+            product = self._view(k.bias, bufs) + product.reshape(tuple(out.shape))
         if k.transposed is not None:
             out, product = k.transposed, product.transpose(-1, -2)
         self._view(out, bufs).copy_(product)
@@ -353,16 +352,21 @@ class TritonCompiled:
     def _reference(self, k, bufs) -> None:
         """Kernel k on the NumPy reference: its nodes in order, on CPU copies of its operands."""
         env: dict[Value, np.ndarray] = {}
-        stored = set(k.outputs) | set(k.accumulated)
+        stored = set(k.outputs)
+
+        def here(u) -> bool:  # computed by this kernel, possibly through views
+            while u not in env and u.op in VIEWS:
+                u = u.inputs[0]
+            return u in env
 
         def operand(u):
             if u in env:
                 return env[u]
-            if u in self.program.access or u in self.program.immediates:
-                return to_numpy(self._view(u, bufs))
-            if u.op == "const":
+            if u.op in VIEWS and here(u):  # a view of a value of this kernel
+                return get_primitive(u.op).impl(operand(u.inputs[0]), **u.attrs)
+            if u.op == "const" and u not in self.program.access and u not in self.program.immediates:
                 return u.attrs["value"]
-            return get_primitive(u.op).impl(operand(u.inputs[0]), **u.attrs)  # an in-register view
+            return to_numpy(self._view(u, bufs))
 
         for n in k.nodes:
             if n in k.copies:

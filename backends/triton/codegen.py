@@ -46,6 +46,7 @@ COMPUTE = {dtypes.float64: "tl.float64", dtypes.float32: "tl.float32", dtypes.fl
            dtypes.bfloat16: "tl.float32", dtypes.int64: "tl.int64", dtypes.int32: "tl.int32", dtypes.bool_: "tl.int1"}
 STORAGE = {dtypes.float16: "tl.float16", dtypes.bfloat16: "tl.bfloat16"}
 COMPARE = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="}
+LOADS = object()  # the key of a scope's load variables in its memo
 RENDERED_OPS = (ELEMENTWISE | REDUCTIONS | ARG_REDUCTIONS | PLACEMENTS) | {"take", "check_classes"}
 
 
@@ -213,19 +214,26 @@ class LoopSource:
 
     # -- values
     def literal_value(self, u: Value) -> str | None:
-        if (u in self.immediates or u.op == "const" and not u.ndim) and u not in self.program.access:
+        """A 0-d constant (or a view of one) as a literal in the source: each Triton kernel is compiled on its
+        own, so a literal lets the compiler fold it (LLVM's backend loads them to share code between kernels)."""
+        if u in self.immediates or u.op == "const" and not u.ndim:
             c = self.immediates.get(u, u)
             return literal(c.attrs["value"].item(), u.dtype)
         return None
 
-    def load(self, u: Value, want: tuple) -> str:
+    def load(self, u: Value, want: tuple, memo: dict) -> str:
         """Operand u read from memory with axis map `want`: a masked vector load, or in a row kernel a
-        scalar load when u is constant along the row."""
+        scalar load when u is constant along the row. Each distinct load is one variable per scope."""
         acc = self.program.access[u]
         strides = mapped(acc.strides, want, self.r)
         ptr = f"{self.param(acc.owner)} + {self.index(strides, acc.offset)}"
         text = f"tl.load({ptr}, mask=live, other={literal(0, u.dtype)})" if self.lanes(strides) else f"tl.load({ptr})"
-        return text + (".to(tl.float32)" if u.dtype in STORAGE else "")
+        text += ".to(tl.float32)" if u.dtype in STORAGE else ""
+        loads = memo.setdefault(LOADS, {})
+        if text not in loads:
+            loads[text] = f"x{len(self.lines)}"
+            self.emit(f"{loads[text]} = {text}")
+        return loads[text]
 
     def value(self, u: Value, want: tuple, memo: dict) -> str:
         lit = self.literal_value(u)
@@ -233,7 +241,7 @@ class LoopSource:
             return lit
         p = in_kernel_value(self.k, u)
         if p is None:
-            return self.load(u, want)
+            return self.load(u, want, memo)
         if p in self.row:
             return self.row[p]
         if self.stored_earlier(p):
@@ -284,6 +292,10 @@ class LoopSource:
         if n.op in PLACEMENTS:
             return self.place(n, memo)
         xs = [self.value(u, k.maps[n], memo) for u in n.inputs]
+        if n.op in MATH or n.op in ("power", "rsqrt", "abs", "sign"):
+            # a bare literal would enter the function as float32: give it its dtype
+            xs = [f"tl.full([], {x}, {COMPUTE[u.dtype]})" if self.literal_value(u) is not None else x
+                  for x, u in zip(xs, n.inputs)]
         if n.op == "check_classes":
             self.check_classes(n, xs[0])
             return xs[0]
