@@ -187,7 +187,9 @@ def schedule_and_timeline():
         "A buffer is live from the step that writes it through the last step that reads it; inputs (a, b: the "
         "caller's), 0-d values (the loss, the seed, the constant 1.0) and views (reshape, broadcast_to) own "
         "nothing. The saved tanh output is written at forward step 2 and freed at backward step 2 (y*y, its last "
-        "reader). The gradients are the program's results: live to the end.")
+        "reader). The gradients are the program's results: live to the end. Forward rows name the forward "
+        "program's values (%2 = a*b, %3 = + a, %4 = tanh, %5 = sum), backward rows the backward program's above: "
+        "the same %k is a different value in each.")
     print(indented(mem.text()))
     say(f"peak: {parts_text(mem.peak_bytes, peak_parts(mem))}. Without the program's results (the recompute "
         f"planner's activation peak): {parts_text(acts.peak_bytes, peak_parts(acts))}, at "

@@ -29,7 +29,10 @@
    with `--steps 200000` (about 3 minutes on one CPU core) reached train 2.0728 / val 2.1144 (its
    initialisation and batches come from a different generator). The default is a short run.
 
-Run:  python examples/f_makemore_backprop.py [--data ../shared/data/names.txt] [--steps 1000]
+With `--out DIR` it writes the batch loss per step of that training and its final train/val losses as a
+plot (`gr.train.plot_losses`, written atomically) and prints its path.
+
+Run:  python examples/f_makemore_backprop.py [--data ../shared/data/names.txt] [--steps 1000] [--out DIR]
 """
 
 from __future__ import annotations
@@ -337,6 +340,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="path to names.txt")
     ap.add_argument("--steps", type=int, default=1000, help="training steps (reference run: 200000)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", metavar="DIR", help="write the loss curve of the hand-derived training into DIR")
     args = ap.parse_args(argv)
     verbose = not args.quiet
     if not pathlib.Path(args.data).is_file():
@@ -344,28 +348,52 @@ def main(argv=None) -> dict:
 
     data, vocab = splits(args.data)
     checks = check_gradients(data, vocab)
-    trained = train(data, vocab, args.steps, log_every=(max(1, args.steps // 10) if verbose else 0))
-    figures = {"data": {k: len(y) for k, (_, y) in data.items()}, "vocab": vocab, **checks, "train": trained}
+    figures = {"data": {k: len(y) for k, (_, y) in data.items()}, "vocab": vocab, **checks}
     if verbose:
         report(figures)
+        print(f"4. training on hand-derived gradients only, n_hidden 200, {args.steps} steps of SGD (lr 0.1, then 0.01 "
+              f"from step {args.steps // 2}), batch {BATCH}:")
+    figures["train"] = train(data, vocab, args.steps, log_every=(max(1, args.steps // 10) if verbose else 0))
+    if verbose:
+        report_training(figures["train"])
+    if args.out is not None:
+        t = figures["train"]
+        path = gr.train.plot_losses(pathlib.Path(args.out) / "makemore_backprop_loss.svg", list(enumerate(t["losses"])),
+                                    evals=[(t["steps"], t["eval"])],
+                                    title=f"makemore MLP on hand-derived gradients: batch loss, train/val after "
+                                          f"{t['steps']:,} steps")
+        figures["files"] = {"curves": str(path)}
+        if verbose:
+            print(f"   loss curve: {path}")
     return figures
 
 
 def report(f: dict) -> None:
+    """Sections 1-3: the data, the cmp tables and BatchNorm's directions."""
     print(f"1. names.txt: {f['vocab']} symbols, examples train/val/test {f['data']['train']}/{f['data']['val']}/"
           f"{f['data']['test']}; MLP block {BLOCK}, n_embd {N_EMBD}, n_hidden 64: {f['n_params']} parameters")
     print(f"   batch of {BATCH}: loss {f['loss']:.6f} (NumPy), {f['autodiff_loss']:.6f} (gradir)")
     print("2. " + str(f["table"]).rstrip())
+    print("   exact: the hand-written gradient equals gradir's bit for bit; approximate: np.allclose (rtol 1e-5,")
+    print("   atol 1e-8); maxdiff: the largest |difference|. Every row is exact but C, whose gradient adds up the rows")
+    print("   of demb that use the same character (np.add.at) in another order than gradir does: rounding only.")
     print("3. " + str(f["fused"]).rstrip())
+    print("   The fused formulas are the same derivative in fewer, different operations: approximate, not exact.")
     b = f["bn_directions"]
+    print("   BatchNorm's output does not move when a column of hprebn is shifted, or (at eps = 0) scaled, so dhprebn")
+    print("   has no component along those directions; with eps > 0 the scaling one is small but not 0:")
     print(f"   column sums of dhprebn (shift direction): max |.| {b['sum_dx']:.1e}  (max |dhprebn| {b['dx_scale']:.1e})")
     print(f"   column sums of dhprebn*xhat: max |.| {b['sum_dx_xhat']:.1e}; predicted rstd*sum(g*xhat)*eps/(var+eps) "
           f"max {b['sum_dx_xhat_predicted_max']:.1e}, |diff| {b['sum_dx_xhat_predicted_maxdiff']:.1e}")
     print(f"   with eps = 0: column sums {b['eps0_sum_dx']:.1e}, of dhprebn*xhat {b['eps0_sum_dx_xhat']:.1e}")
+    print("   gradir's own gr.nn.cross_entropy and gr.nn.batch_norm, their fused VJP against the composed one:")
     print("   " + str(f["gradir_fused_vs_composed"]["table"]).rstrip())
-    t = f["train"]
-    print(f"4. training on hand-derived gradients, n_hidden 200 ({t['n_params']} parameters), {t['steps']} steps")
-    print(f"   mean batch loss, first {t['window']} steps {t['first_losses']:.4f}, last {t['window']} {t['last_losses']:.4f}")
+
+
+def report_training(t: dict) -> None:
+    """Section 4's figures, after its training log."""
+    print(f"   {t['n_params']} parameters; mean batch loss, first {t['window']} steps {t['first_losses']:.4f}, "
+          f"last {t['window']} {t['last_losses']:.4f}")
     print(f"   with running BatchNorm statistics: train {t['eval']['train']:.4f}, val {t['eval']['val']:.4f}")
     print(f"   with the whole training set's statistics: train {t['eval_full_stats']['train']:.4f}, "
           f"val {t['eval_full_stats']['val']:.4f}")

@@ -113,6 +113,10 @@ def main(argv=None) -> dict:
         ap.error(f"names.txt not found at {args.data} (pass --data)")
     data, vocab = splits(args.data)
     verbose = not args.quiet
+    if verbose:
+        print(f"Training the makemore MLP (n_hidden 200) for {args.steps:,} steps of batch 32 with one compiled step:\n"
+              f"value_and_grad, gr.optim.sgd (lr 0.1, then 0.01 from step {max(1, args.steps // 2):,}) and the running "
+              "BatchNorm statistics")
     f = train(data, vocab, args.steps, backend=args.backend, log_every=(max(1, args.steps // 10) if verbose else 0))
     if verbose:
         print(f"makemore MLP, {f['n_params']:,} parameters, {f['steps']:,} steps of one compiled training step "

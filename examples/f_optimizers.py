@@ -170,6 +170,7 @@ def main(verbose: bool = True, out=None) -> dict:
         print(f"   stable step ceiling 2/lambda_max = {q['step_ceiling']:.5e}  (the course: 9.44248e-5)")
         print(f"   eigenvectors within {q['eigvec_angle_deg']:.3f} degrees of the coordinate axes")
         print(f"   L(0) = {q['loss_0']:.6f}, L* = {q['loss_star']:.6f}; figures below are L - L* after {q['steps']} steps")
+        print("   from w = 0 (0.000e+00: L(w) rounds to L*; inf: stopped once the loss passed 1e30)")
         for method, rs in q["runs"].items():
             print(f"{method}:")
             for r in rs:

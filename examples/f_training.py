@@ -278,7 +278,9 @@ def xor_backward_story(seed: int = 0, verbose: bool = True):
         print("   " + sched.text(width=100).replace("\n", "\n   "))
         say("The memory timeline of forward then backward (float64, 8 B a number: h and the other 4x4 values are "
             "128 B, the 4x1 output 32 B; inputs, parameters, 0-d values and views own nothing; gradients, the "
-            "results, stay to the end):")
+            "results, stay to the end). Forward rows name the forward program's values (not printed: %10 is the "
+            "hidden layer h, %15 the output's tanh), backward rows the backward program's above: the same %k is a "
+            "different value in each.")
         print("   " + mem.text(width=100).replace("\n", "\n   "))
         terms = " + ".join(f"{a['bytes']} B ({a['value']} {a['op']} {a['type']}"
                            f"{', a gradient' if a['result'] else ', read for the last time' if a['read_last'] else ''})"

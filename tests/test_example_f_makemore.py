@@ -20,13 +20,15 @@ _CACHE: dict = {}
 
 
 @pytest.fixture
-def mk(names_path):
-    """(module, figures, printed output), computed once per module (names_path skips when absent)."""
+def mk(names_path, tmp_path_factory):
+    """(module, figures, printed output), computed once per module (names_path skips when absent); --out writes
+    into _CACHE["out"]."""
     if "run" not in _CACHE:
         module = load("f_makemore_backprop")
+        _CACHE["out"] = tmp_path_factory.mktemp("makemore_backprop_out")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            figures = module.main(["--data", str(names_path), "--steps", str(STEPS)])
+            figures = module.main(["--data", str(names_path), "--steps", str(STEPS), "--out", str(_CACHE["out"])])
         _CACHE["run"] = (module, figures, buf.getvalue())
     return _CACHE["run"]
 
@@ -178,6 +180,15 @@ def test_short_training_run(mk, names_path):
         assert abs(t["eval"][k] - t["eval_full_stats"][k]) < 0.1  # running stats close to the full-set ones
     assert np.all(t["running_var"] > 0) and np.abs(t["running_mean"]).max() > 0
     assert "with running BatchNorm statistics" in out
+
+
+def test_output_order_and_the_loss_curve(mk):
+    """The training log is printed under section 4's heading, after the checks; --out writes the loss curve."""
+    _, f, out = mk
+    assert out.index("1. names.txt") < out.index("3. ") < out.index("4. training") < out.index("step       0/")
+    path = _CACHE["out"] / "makemore_backprop_loss.svg"
+    assert f["files"]["curves"] == str(path) and f"loss curve: {path}" in out
+    assert "<svg" in path.read_text() and not list(_CACHE["out"].glob("*.tmp"))
 
 
 def test_cmp_catches_the_biased_variance_rule(mk):

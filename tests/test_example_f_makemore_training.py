@@ -41,6 +41,7 @@ def test_a_short_run_lowers_the_loss(run):
     assert f["first_losses"] > f["last_losses"] and f["last_losses"] < 0.9 * initial
     assert f["eval"]["train"] < f["first_losses"] and f["eval"]["val"] < f["first_losses"]
     assert "steps of one compiled training step" in text
+    assert text.index("Training the makemore MLP") < text.index("step       0/")  # the log comes under its heading
 
 
 def test_out_writes_the_loss_curve(run):

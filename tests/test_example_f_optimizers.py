@@ -132,4 +132,4 @@ def test_f_out_writes_the_loss_curves(fo, fo_out):
     assert list(q["curves"]) == ["gradient descent", "momentum", "RMSprop", "Adam"]
     for method, excess in q["curves"].items():  # each best run's L - L*, from w = 0
         assert len(excess) == q["steps"] and excess[0] == pytest.approx(q["loss_0"] - q["loss_star"], rel=1e-12)
-        assert excess[-1] < excess[0]  # every best run ends below where it started
+        assert excess[-1] < excess[0], method  # every best run ends below where it started
