@@ -6,10 +6,8 @@ and imports it, and keeps one arena (a uint8 torch tensor; each stored intermedi
 its planned offset). Per kernel kind:
 
 - ``loop``: a Triton kernel, launched on a 1-d grid (flat: ceil(N / BLOCK) programs; rows: one per row);
-- ``matmul``: ``torch.matmul`` (cuBLAS on a GPU) on strided views of the operands, the bias epilogue
-  added into the output. The rule: vendor BLAS for every product. A hand-written ``tl.dot`` kernel pays
-  off only when its epilogue saves a pass over the output, and the fusion pass fuses only a bias add
-  there, which ``torch.addmm``-style calls already fold;
+- ``matmul``: a generated ``tl.dot`` kernel with the bias epilogue fused, or ``torch.matmul`` (cuBLAS on a
+  GPU) on strided views of the operands, by the rule in gemm.py (small float32/16 products: tl.dot);
 - ``scatter``: ``index_add`` (embedding backward) as a Triton kernel of atomic adds into a zeroed buffer
   (atomics, not a sorted segmented sum: programs add in any order); ``index_update`` (a write where the
   last write wins) on the NumPy reference;
@@ -42,7 +40,8 @@ from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, FusedProgram, fuse, kernel_header
 from gradir.primitive import get_primitive
 
-from .codegen import LoopSource, coordinate, literal, next_pow2, unrendered
+from . import gemm
+from .codegen import LoopSource, coordinate, interpreting, literal, next_pow2, unrendered
 
 HEADER = '''"""Triton kernels gradir generated for {name}."""
 import triton
@@ -52,10 +51,6 @@ from gradir.backends.triton import mathfn
 
 '''
 SOURCE_VERSION = "1"  # part of the cache file name: bump when the generated code's conventions change
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
 def require_triton():
@@ -204,6 +199,11 @@ class TritonCompiled:
                     continue
             elif k.kind == MATMUL:
                 why = self._matmul_reason(k)
+                if why is None and gemm.choose(p, k) == "triton":
+                    text, grid, params = gemm.gemm_source(p, k, name)
+                    sources.append(text)
+                    self.steps.append(("loop", k, (name, grid, params, 4)))
+                    continue
                 if why is None:
                     self.steps.append(("matmul", k, None))
                     continue
@@ -262,6 +262,7 @@ class TritonCompiled:
                  f"({'Triton interpreter' if interpreting() else 'compiled Triton'}):"]
         for kind, k, _ in self.steps:
             how = {"loop": "triton", "matmul": "torch.matmul", "reference": "NumPy reference"}[kind]
+            how = "triton tl.dot" if kind == "loop" and k.kind == MATMUL else how
             why = f" — {self.reasons[k.index]}" if k.index in self.reasons else ""
             lines.append(f"  {kernel_header(k, self.program)}  [{how}{why}]")
         return "\n".join(lines)

@@ -28,6 +28,7 @@ argmin in the chunked form, accumulated max/min and low-precision accumulation, 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -48,6 +49,11 @@ STORAGE = {dtypes.float16: "tl.float16", dtypes.bfloat16: "tl.bfloat16"}
 COMPARE = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="}
 LOADS = object()  # the key of a scope's load variables in its memo
 RENDERED_OPS = (ELEMENTWISE | REDUCTIONS | ARG_REDUCTIONS | PLACEMENTS) | {"take", "check_classes"}
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels on the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
 def next_pow2(n: int) -> int:
@@ -73,17 +79,16 @@ def unrendered(program: FusedProgram, k: Kernel) -> str | None:
 
 
 def literal(value, dt) -> str:
-    """A scalar constant as Triton source, in the compute type of `dt`."""
+    """A scalar constant as Triton source, in the compute type of `dt`. Triton takes a bare Python float as
+    float32 where no tensor gives it a type (a stored or selected constant), so float64 ones are typed."""
     if dt == dtypes.bool_:
         return "True" if bool(value) else "False"
     if not is_float(dt):
         return repr(int(value))
     v = float(value)
-    if math.isnan(v):
-        return 'float("nan")'
-    if math.isinf(v):
-        return 'float("inf")' if v > 0 else '-float("inf")'
-    return repr(v)
+    text = ('float("nan")' if math.isnan(v) else 'float("inf")' if v == math.inf else '-float("inf")' if v == -math.inf
+            else repr(v))
+    return f"tl.full([], {text}, tl.float64)" if dt == dtypes.float64 else text
 
 
 def identity(op: str, dt) -> str:
@@ -292,10 +297,6 @@ class LoopSource:
         if n.op in PLACEMENTS:
             return self.place(n, memo)
         xs = [self.value(u, k.maps[n], memo) for u in n.inputs]
-        if n.op in MATH or n.op in ("power", "rsqrt", "abs", "sign"):
-            # a bare literal would enter the function as float32: give it its dtype
-            xs = [f"tl.full([], {x}, {COMPUTE[u.dtype]})" if self.literal_value(u) is not None else x
-                  for x, u in zip(xs, n.inputs)]
         if n.op == "check_classes":
             self.check_classes(n, xs[0])
             return xs[0]
