@@ -265,6 +265,17 @@ def test_f_xor_memory_peak_by_hand(f):
     assert "peak 424 B at backward step 17 (%23 multiply) =" in " ".join(out.split())
 
 
+def test_f_gr_train_resumes_bit_for_bit_and_matches_the_hand_loop(f, f_out):
+    # oracles: a straight gr.train run of the same length, and the eager hand-written Adam loop of section 3
+    _, figures, out = f
+    t, hand = figures["train"], figures["xor"]["adam_seed0"]["final"]
+    assert t["first_steps"] == 1000 and t["resumed_from"] == 1000
+    assert t["bitwise"] and t["losses_equal"] and t["final"] == t["straight_final"]
+    assert t["final"] == pytest.approx(hand, rel=1e-9)  # compiled vs eager: the same updates, rounding aside
+    assert (f_out / "xor_adam.npz").is_file() and "<svg" in (f_out / "xor_adam_loss.svg").read_text()
+    assert "continues from step 1000" in out and "same bits: True" in out
+
+
 def test_f_out_writes_curves_and_diagrams(f, f_out):
     import shutil
 
