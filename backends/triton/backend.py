@@ -14,6 +14,10 @@ its planned offset). Per kernel kind:
 - ``numpy`` and loop kernels codegen cannot render (codegen.unrendered): the NumPy reference, on the
   same buffers; the listing says which and why.
 
+On a GPU the second call captures the whole launch sequence as a CUDA graph (fixed input and output
+buffers; later calls copy the arguments in, replay it and copy the results out), so a call costs one
+replay instead of a Python launch per kernel; GRADIR_TRITON_CUDA_GRAPHS=0 turns this off.
+
 Arguments: torch tensors stay where they are (on the GPU); NumPy arrays and CPU tensors are copied to the
 device and results come back as torch tensors on it (`gr.compile` turns them back into NumPy arrays for
 NumPy callers). Without a GPU, ``TRITON_INTERPRET=1`` runs the same kernels on the CPU through Triton's
@@ -131,6 +135,15 @@ def _import_source(text: str, name: str):
     return module, str(path)
 
 
+def graphs_wanted(compiled) -> bool:
+    """Whether to capture the launches as a CUDA graph: on a GPU, unless GRADIR_TRITON_CUDA_GRAPHS=0 or a kernel
+    runs on the NumPy reference (it needs the host); GRADIR_TRITON_CUDA_GRAPHS=force also on the CPU (tests)."""
+    mode = os.environ.get("GRADIR_TRITON_CUDA_GRAPHS", "1")
+    if mode == "0" or any(kind == "reference" for kind, _, _ in compiled.steps):
+        return False
+    return mode == "force" or compiled.device.type == "cuda"
+
+
 def scatter_source(program: FusedProgram, k, name: str) -> tuple[str, tuple, list] | None:
     """index_add as a Triton kernel over g's elements: out[..., idx[j] mod size, ...] += g[..., j, ...]
     with atomic adds (the host zeroed `out`). None where atomics cannot do it (low-precision sums)."""
@@ -225,6 +238,9 @@ class TritonCompiled:
                                  for n in s[1].nodes)
         self._lock = threading.Lock()
         self._setup_buffers()
+        self.calls = 0
+        self.replay = None        # the captured launch sequence, from the second call on (see _capture)
+        self.graph_error = None   # why capturing failed, if it did
 
     @staticmethod
     def _matmul_reason(k) -> str | None:
@@ -258,8 +274,11 @@ class TritonCompiled:
     @property
     def listing(self) -> str:
         """The fused kernel listing, each kernel marked with what runs it."""
+        launches = ("captured once and replayed (a CUDA graph) from the second call" if graphs_wanted(self)
+                    and self.graph_error is None else "kernel by kernel" + (f" ({self.graph_error})" if self.graph_error
+                                                                           else ""))
         lines = [f"{len(self.program.kernels)} kernels on {self.device.type} "
-                 f"({'Triton interpreter' if interpreting() else 'compiled Triton'}):"]
+                 f"({'Triton interpreter' if interpreting() else 'compiled Triton'}); launches {launches}:"]
         for kind, k, _ in self.steps:
             how = {"loop": "triton", "matmul": "torch.matmul", "reference": "NumPy reference"}[kind]
             how = "triton tl.dot" if kind == "loop" and k.kind == MATMUL else how
@@ -286,23 +305,25 @@ class TritonCompiled:
         with self._lock:
             return self._run(args)
 
-    def _run(self, args):
+    def _buffers(self, ins: list) -> tuple[dict, list]:
+        """The buffer of every owner for one run: the fixed ones, `ins`, and fresh outputs."""
         import torch
 
-        g, p, dev = self.graph, self.program, self.device
+        g, p = self.graph, self.program
         bufs = dict(self.fixed)
-        ins = []
-        for x, a in zip(g.inputs, args):
-            t = to_device(a, x.dtype, dev)
-            ins.append(t)
+        for x, t in zip(g.inputs, ins):
             bufs[x] = t.reshape(-1)
         outs = []
         for pos, o in enumerate(g.outputs):
-            v = p.returned[pos]
-            t = torch.empty(tuple(o.shape), dtype=torch_dtype(o.dtype), device=dev)
+            t = torch.empty(tuple(o.shape), dtype=torch_dtype(o.dtype), device=self.device)
             outs.append(t)
-            if v is not None:
-                bufs[v] = t.reshape(-1)
+            if p.returned[pos] is not None:
+                bufs[p.returned[pos]] = t.reshape(-1)
+        return bufs, outs
+
+    def _launch(self, bufs) -> None:
+        """Every kernel in order, on `bufs`."""
+        p = self.program
         for kind, k, launch in self.steps:
             if kind == "loop":
                 for n in self.zeroed.get(k.index, ()):
@@ -318,6 +339,21 @@ class TritonCompiled:
                 self._matmul(k, bufs)
             else:
                 self._reference(k, bufs)
+
+    def _run(self, args):
+        g, p, dev = self.graph, self.program, self.device
+        ins = [to_device(a, x.dtype, dev) for x, a in zip(g.inputs, args)]
+        if self.replay is None and self.calls == 1 and graphs_wanted(self):
+            self._capture(ins)
+        self.calls += 1
+        if self.replay is not None:  # copy in, replay the captured launches, copy the results out
+            for static, t in zip(self.static_ins, ins):
+                static.copy_(t)
+            self.replay()
+            outs = [t.clone() for t in self.static_outs]
+        else:
+            bufs, outs = self._buffers(ins)
+            self._launch(bufs)
         if self.checks_errors and int(self.err.item()):
             self.err.zero_()
             self._fail([to_numpy(t) for t in ins])
@@ -326,6 +362,30 @@ class TritonCompiled:
         for pos, earlier in p.output_copies:
             outs[pos] = outs[earlier].clone()
         return outs
+
+    def _capture(self, ins) -> None:
+        """Record the whole launch sequence once on fixed input and output buffers (a CUDA graph on a GPU:
+        one replay instead of a Python launch per kernel); later calls copy into them and replay. The first
+        call ran without it, so Triton compiled every kernel before the capture."""
+        import torch
+
+        self.static_ins = [t.clone() for t in ins]
+        bufs, self.static_outs = self._buffers(self.static_ins)
+        if self.device.type != "cuda":  # (GRADIR_TRITON_CUDA_GRAPHS=force on the CPU: the same buffers, re-run)
+            self.replay = lambda: self._launch(bufs)
+            return
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._launch(bufs)  # warm-up on a side stream, as torch.cuda.graph asks
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._launch(bufs)
+            self.replay, self.cuda_graph = graph.replay, graph
+        except Exception as e:  # noqa: BLE001 - any capture failure: run kernel by kernel, and say why
+            self.replay, self.graph_error = None, f"{type(e).__name__}: {e}"
 
     def _view(self, u: Value, bufs):
         """Stored value u as a strided torch view of its owner's buffer."""
