@@ -127,7 +127,7 @@ def torch_gpt_step(torch, p, x, heads: int = GPT_HEADS):
     h = F.layer_norm(x, (C,), p["ln1_w"], p["ln1_b"], eps=LN_EPS)
     q, k, v = (split(y) for y in F.linear(h, p["attn_w"], p["attn_b"]).split(C, dim=-1))
     s = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(hd))
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # on x's device (a GPU run)
     s = s.masked_fill(~causal, float("-inf"))
     o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
     x = x + F.linear(o, p["proj_w"], p["proj_b"])
@@ -199,7 +199,19 @@ class Workload:
     rtol: float
 
 
-def workload(key: str) -> Workload:
+GPT_LARGE = {"B": 32, "T": 1024, "C": 768, "heads": 12}  # GPT-2 small's width (bench_gpu.py's "gpt_large")
+
+
+def workload(key: str, **sizes) -> Workload:
+    """The workload `key` at its standard sizes, or at `sizes` (mlp: B, H; gpt and gpt_large: B, T, C, heads),
+    for a smaller or larger run of the same step (bench_gpu.py --quick)."""
+    allowed = {"dot": (), "mlp32": ("B", "H"), "mlp1024": ("B", "H"), "gpt": ("B", "T", "C", "heads"),
+               "gpt_large": ("B", "T", "C", "heads")}.get(key)
+    if allowed is None:
+        raise ValueError(f"unknown workload {key!r}; choose from dot, mlp32, mlp1024, gpt, gpt_large")
+    if set(sizes) - set(allowed):
+        extra = sorted(set(sizes) - set(allowed))
+        raise ValueError(f"workload {key!r} takes the sizes {', '.join(allowed) or '(none)'}, not {', '.join(extra)}")
     if key == "dot":
         rng = np.random.default_rng(2)
         w, x = rng.standard_normal(1000) / 30, rng.standard_normal(1000)
@@ -207,14 +219,22 @@ def workload(key: str) -> Workload:
                         jax_dot_loss, rtol=1e-10)
     if key in ("mlp32", "mlp1024"):
         batch, hidden = (32, 64) if key == "mlp32" else (1024, 512)
+        batch, hidden = sizes.get("B", batch), sizes.get("H", hidden)
         p, (X, Y) = mlp_params(hidden), mlp_batch(batch)
         return Workload(key, f"makemore MLP step B={batch} H={hidden} f32", (p, X, Y), 0, list(p), mlp_loss,
                         torch_mlp_step, jax_mlp_loss, rtol=1e-4)
-    if key == "gpt":
-        p = gpt_params()
-        return Workload("gpt", f"GPT-2 block B={GPT_B} T={GPT_T} C={GPT_C} heads={GPT_HEADS} f32",
-                        (p, gpt_input()), 0, list(p), gpt_loss, torch_gpt_step, jax_gpt_loss, rtol=1e-4)
-    raise ValueError(f"unknown workload {key!r}; choose from dot, mlp32, mlp1024, gpt")
+    d = {"B": GPT_B, "T": GPT_T, "C": GPT_C, "heads": GPT_HEADS} if key == "gpt" else dict(GPT_LARGE)
+    d.update(sizes)
+    B, T, C, heads = d["B"], d["T"], d["C"], d["heads"]
+    if C % heads:
+        raise ValueError(f"C={C} is not a multiple of heads={heads}")
+    with_heads = (lambda f: f) if heads == GPT_HEADS else (lambda f: functools.partial(f, heads=heads))
+    p = gpt_params(C=C)
+    # gpt_large's float32 sums run over B*T = 32k rows (weight gradients) and 25M elements (the loss), in any
+    # order on a GPU (atomics): a looser tolerance than the small block's
+    rtol = 1e-4 if B * T <= 4096 else 1e-3
+    return Workload(key, f"GPT-2 block B={B} T={T} C={C} heads={heads} f32", (p, gpt_input(B=B, T=T, C=C)), 0, list(p),
+                    with_heads(gpt_loss), with_heads(torch_gpt_step), with_heads(jax_gpt_loss), rtol=rtol)
 
 
 WORKLOADS = ("dot", "mlp32", "mlp1024", "gpt")
