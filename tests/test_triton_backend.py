@@ -243,3 +243,16 @@ def test_replayed_launches_on_fixed_buffers_give_fresh_results(monkeypatch):
         results.append(got)
     assert step.executable(p, tokens, targets).replay is not None
     assert results[0][0] != results[2][0]  # the first result was not overwritten by later calls
+
+
+def test_the_readme_shows_the_kernel_the_backend_generates():
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("triton_layer_norm", root / "docs" / "triton_layer_norm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = module.layer_norm_backward_kernel()
+    assert "(whole row in registers)" in kernel and kernel.count("tl.atomic_add") == 2
+    assert kernel in (root / "README.md").read_text()  # regenerate with python docs/triton_layer_norm.py

@@ -45,7 +45,7 @@ from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, FusedProgram, fus
 from gradir.primitive import get_primitive
 
 from . import gemm
-from .codegen import LoopSource, coordinate, interpreting, literal, next_pow2, unrendered
+from .codegen import LoopSource, buffer_names, coordinate, interpreting, literal, next_pow2, parameter_line, unrendered
 
 HEADER = '''"""Triton kernels gradir generated for {name}."""
 import triton
@@ -144,7 +144,7 @@ def graphs_wanted(compiled) -> bool:
     return mode == "force" or compiled.device.type == "cuda"
 
 
-def scatter_source(program: FusedProgram, k, name: str) -> tuple[str, tuple, list] | None:
+def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[str, tuple, list] | None:
     """index_add as a Triton kernel over g's elements: out[..., idx[j] mod size, ...] += g[..., j, ...]
     with atomic adds (the host zeroed `out`). None where atomics cannot do it (low-precision sums)."""
     n = k.nodes[0]
@@ -171,7 +171,8 @@ def scatter_source(program: FusedProgram, k, name: str) -> tuple[str, tuple, lis
     lines = [
         "@triton.jit",
         f"def {name}(p0, p1, p2, err):",
-        f'    """index_add of {list(g.shape)} into {list(n.shape)} along axis {axis}: atomic adds"""',
+        f'    """index_add of {list(g.shape)} into {list(n.shape)} along axis {axis}: atomic adds',
+        f'    {parameter_line(names, [G.owner, I.owner, program.access[n].owner])}"""',
         "    pid = tl.program_id(0)",
         f"    i = pid * {block} + tl.arange(0, {block})",
         f"    live = i < {total}",
@@ -201,19 +202,20 @@ class TritonCompiled:
         self.steps: list[tuple] = []          # (kind, kernel, launch details)
         self.reasons: dict[int, str] = {}     # kernel index -> why it runs on the NumPy reference
         sources = []
+        names = buffer_names(p)
         for k in p.kernels:
             name = f"k{k.index}"
             if k.kind == LOOP:
                 why = unrendered(p, k)
                 if why is None:
-                    ls = LoopSource(p, k, name)
+                    ls = LoopSource(p, k, name, names)
                     sources.append(ls.text)
                     self.steps.append(("loop", k, (name, (ls.grid,), ls.params, ls.num_warps)))
                     continue
             elif k.kind == MATMUL:
                 why = self._matmul_reason(k)
                 if why is None and gemm.choose(p, k) == "triton":
-                    text, grid, params = gemm.gemm_source(p, k, name)
+                    text, grid, params = gemm.gemm_source(p, k, name, names)
                     sources.append(text)
                     self.steps.append(("loop", k, (name, grid, params, 4)))
                     continue
@@ -221,7 +223,7 @@ class TritonCompiled:
                     self.steps.append(("matmul", k, None))
                     continue
             elif k.kind == SCATTER:
-                made = scatter_source(p, k, name)
+                made = scatter_source(p, k, name, names)
                 if made is not None:
                     text, grid, params = made
                     sources.append(text)

@@ -37,6 +37,7 @@ from gradir.dtypes import is_float
 from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import ARG_REDUCTIONS, ELEMENTWISE, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
+from gradir.passes.report import value_names
 
 MAX_ROW = 4096        # inner elements a row kernel keeps in registers (one block); longer rows are chunked
 CHUNK = 1024          # the block of chunked rows
@@ -117,6 +118,18 @@ def coordinate(base: str, div: int, size: int, total: int) -> str:
     return f"({c} % {size})" if size * div < total else c
 
 
+def buffer_names(program: FusedProgram) -> dict:
+    """A name per buffer owner: the graph's input names, "output k", "%n" for the rest (value_names)."""
+    names = value_names(program.graph)
+    names.update({v: f"output {pos}" for pos, v in enumerate(program.returned) if v is not None})
+    return names
+
+
+def parameter_line(names: dict, owners: list[Value]) -> str:
+    """What each pointer parameter points at (``p0: x, p1: output 0, p2: %14``), for a kernel's docstring."""
+    return ", ".join(f"p{j}: {names.get(o, o.op)}" for j, o in enumerate(owners))
+
+
 def mapped(strides, m, r: int) -> list[int]:
     """A value's strides (per its axes) as strides per domain axis, through its axis map `m`."""
     v = [0] * r
@@ -130,8 +143,8 @@ class LoopSource:
     """Renders one loop kernel (see the module docstring); `text` is the function, `params` the buffers
     it takes (owners of stored values, in order), `grid` and `meta` how the host launches it."""
 
-    def __init__(self, program: FusedProgram, k: Kernel, name: str):
-        self.program, self.k, self.name = program, k, name
+    def __init__(self, program: FusedProgram, k: Kernel, name: str, names: dict):
+        self.program, self.k, self.name, self.names = program, k, name, names  # names: buffer_names(program)
         self.immediates = program.immediates
         self.params: list[Value] = []        # buffer owners, in parameter order
         self.param_of: dict[Value, str] = {}
@@ -539,7 +552,7 @@ class LoopSource:
         body = "\n".join(self.lines)
         params = ", ".join([f"p{j}" for j in range(len(self.params))] + ["err"])
         head = f"@triton.jit\ndef {self.name}({params}):\n"
-        doc = f'    """{self.describe()}"""\n'
+        doc = f'    """{self.describe()}\n    {parameter_line(self.names, self.params)}"""\n'
         return head + doc + body + "\n"
 
     def describe(self) -> str:
@@ -635,4 +648,5 @@ class LoopSource:
                 self.store(n, f"v{j}")
 
 
-__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "coordinate", "literal", "next_pow2", "unrendered"]
+__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "buffer_names", "coordinate", "literal", "next_pow2",
+           "parameter_line", "unrendered"]

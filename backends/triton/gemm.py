@@ -23,7 +23,7 @@ from gradir import dtypes
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import FusedProgram, Kernel
 
-from .codegen import STORAGE, coordinate, interpreting, next_pow2
+from .codegen import STORAGE, coordinate, interpreting, next_pow2, parameter_line
 
 TL_DOT_MAX_OUTPUT = 1 << 16
 TL_DOT_DTYPES = (dtypes.float32, dtypes.float16, dtypes.bfloat16)
@@ -45,7 +45,7 @@ def _block(size: int, most: int) -> int:
     return max(16, min(most, next_pow2(max(size, 1))))
 
 
-def gemm_source(program: FusedProgram, k: Kernel, name: str) -> tuple[str, tuple, list]:
+def gemm_source(program: FusedProgram, k: Kernel, name: str, names: dict) -> tuple[str, tuple, list]:
     """(source, grid, buffer owners) of the tl.dot kernel for matmul kernel k (see the module docstring)."""
     n = k.nodes[0]
     a, b = n.inputs
@@ -79,7 +79,7 @@ def gemm_source(program: FusedProgram, k: Kernel, name: str) -> tuple[str, tuple
         "@triton.jit",
         f"def {name}(p0, p1, p2{', p3' if k.epilogue is not None else ''}, err):",
         f'    """C[{M}x{N}] = A[{M}x{K}] @ B[{K}x{N}]{" + bias" if k.epilogue is not None else ""}'
-        f'{f" for {total} batch elements" if nb else ""}: tl.dot on {BM}x{BN} tiles, K in slices of {BK}"""',
+        f'{f" for {total} batch elements" if nb else ""}: tl.dot on {BM}x{BN} tiles, K in slices of {BK}',
         "    pid_m = tl.program_id(0)",
         "    pid_n = tl.program_id(1)",
         "    bid = tl.program_id(2)",
@@ -106,6 +106,7 @@ def gemm_source(program: FusedProgram, k: Kernel, name: str) -> tuple[str, tuple
                          if st and out_shape[d] > 1] + [str(Bi.offset)])
         lines.append(f"    acc += tl.load(p3 + {at}, mask=inside, other=0.0).to(tl.float32)")
         params.append(Bi.owner)
+    lines.insert(3, f'    {parameter_line(names, params)}"""')
     value = f"acc.to({STORAGE[n.dtype]})" if n.dtype in STORAGE else "acc"
     lines.append(f"    tl.store(p2 + {offset(c_batch, C.offset)} + rm[:, None] * {c_mat[0]} + rn[None, :] * {c_mat[1]}, "
                  f"{value}, mask=inside)")
