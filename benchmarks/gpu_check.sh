@@ -111,13 +111,21 @@ else
     # machine's own CUDA build); else gradir and triton, and the test tools where missing
     extras='.[triton]'
     if [ "$torch_installed_here" = 1 ]; then extras='.[test,triton]'; fi
-    say "pip install -e '$extras'"
-    if ! "$PY" -m pip install -q -e "$extras"; then
+    if [ "$torch_installed_here" = 0 ] && "$PY" -c 'import numpy, scipy, networkx, ml_dtypes, llvmlite, rich, triton' >/dev/null 2>&1; then
+        # what gradir's kernels need is there (a device machine's image): no index needed, none asked
+        say "pip install --no-deps --no-build-isolation -e . (its run-time dependencies are installed)"
+        "$PY" -m pip install -q --no-deps --no-build-isolation -e . || true
+    else
+        say "pip install -e '$extras'"
+    fi
+    if gradir_here; then
+        :
+    elif ! "$PY" -m pip install -q --retries 1 --timeout 15 -e "$extras"; then
         # offline (a device machine reaches no index): gradir alone, on what is installed
         say "pip install failed (offline?); installing gradir without dependencies"
-        "$PY" -m pip install -q --no-deps --no-build-isolation -e .
+        "$PY" -m pip install -q --no-deps --no-build-isolation -e . || true
     fi
-    "$PY" -c 'import pytest, hypothesis' >/dev/null 2>&1 || "$PY" -m pip install -q pytest hypothesis || true
+    "$PY" -c 'import pytest, hypothesis' >/dev/null 2>&1 || "$PY" -m pip install -q --retries 1 --timeout 15 pytest hypothesis || true
     if ! gradir_here; then
         say "gradir from $REPO, triton, pytest or hypothesis still not importable with $PY:"
         "$PY" -c 'import gradir, gradir.backends.triton, triton, pytest, hypothesis; print(gradir.__file__)' || true
