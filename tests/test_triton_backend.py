@@ -256,3 +256,22 @@ def test_the_readme_shows_the_kernel_the_backend_generates():
     kernel = module.layer_norm_backward_kernel()
     assert "(whole row in registers)" in kernel and kernel.count("tl.atomic_add") == 2
     assert kernel in (root / "README.md").read_text()  # regenerate with python docs/triton_layer_norm.py
+
+
+def test_autotuning_is_a_gpu_option_that_resets_accumulators(monkeypatch):
+    # Triton's autotuner times configurations on a device, so under the interpreter the option changes nothing;
+    # on a GPU each loop kernel gets the decorator, resetting the buffers its atomics add into between trials
+    from gradir.backends.triton import codegen
+    from gradir.passes.fusion import fuse
+
+    monkeypatch.setenv("GRADIR_TRITON_AUTOTUNE", "1")
+    assert not codegen.autotuning()
+    monkeypatch.setattr(codegen, "interpreting", lambda: False)
+    b, w = RNG.standard_normal(3), RNG.standard_normal((5, 3))
+    f = gr.grad(lambda b: gr.sum(gr.tanh(w + b)))  # db sums over the 5 rows: an accumulated (atomic) reduction
+    fused = fuse(gr.compile(f, backend="numpy").graph(b))
+    k = next(k for k in fused.kernels if k.accumulated)
+    source = codegen.LoopSource(fused, k, "k", codegen.buffer_names(fused))
+    zeroed = source.zeroed_params()
+    assert len(zeroed) == 1 and f"reset_to_zero={zeroed!r}" in source.text
+    assert source.text.startswith("@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (1, 2, 4, 8)]")

@@ -14,6 +14,10 @@ its planned offset). Per kernel kind:
 - ``numpy`` and loop kernels codegen cannot render (codegen.unrendered): the NumPy reference, on the
   same buffers; the listing says which and why.
 
+Launch grids and block sizes follow a stated heuristic (codegen.py: flat kernels take up to 1,024 points per
+program, rows up to 4,096 elements in registers, 4 warps, 8 from 2,048 lanes); GRADIR_TRITON_AUTOTUNE=1
+lets Triton's autotuner pick each loop kernel's warp count on its first launch instead (GPU only).
+
 On a GPU the second call captures the whole launch sequence as a CUDA graph (fixed input and output
 buffers; later calls copy the arguments in, replay it and copy the results out), so a call costs one
 replay instead of a Python launch per kernel; GRADIR_TRITON_CUDA_GRAPHS=0 turns this off.
@@ -45,7 +49,17 @@ from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, FusedProgram, fus
 from gradir.primitive import get_primitive
 
 from . import gemm
-from .codegen import LoopSource, buffer_names, coordinate, interpreting, literal, next_pow2, parameter_line, unrendered
+from .codegen import (
+    LoopSource,
+    autotuning,
+    buffer_names,
+    coordinate,
+    interpreting,
+    literal,
+    next_pow2,
+    parameter_line,
+    unrendered,
+)
 
 HEADER = '''"""Triton kernels gradir generated for {name}."""
 import triton
@@ -335,6 +349,8 @@ class TritonCompiled:
                 if interpreting():  # NumPy computes the masked-off lanes too (on zeros): no warnings from them
                     with np.errstate(all="ignore"):
                         fn[grid](*[bufs[o] for o in params], self.err)
+                elif autotuning():  # the autotuner picks the warps
+                    fn[grid](*[bufs[o] for o in params], self.err)
                 else:
                     fn[grid](*[bufs[o] for o in params], self.err, num_warps=warps)
             elif kind == "matmul":

@@ -57,6 +57,22 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
+def autotuning() -> bool:
+    """GRADIR_TRITON_AUTOTUNE=1: each kernel tries AUTOTUNE_WARPS on its first launch and keeps the fastest
+    (on a GPU only: Triton's autotuner needs a device to time on, the interpreter has none)."""
+    return os.environ.get("GRADIR_TRITON_AUTOTUNE", "") not in ("", "0") and not interpreting()
+
+
+AUTOTUNE_WARPS = (1, 2, 4, 8)
+
+
+def autotune_line(zeroed: list[str]) -> str:
+    """The decorator that autotunes a kernel's warp count (block sizes are fixed in its source)."""
+    reset = f", reset_to_zero={zeroed!r}" if zeroed else ""
+    return (f"@triton.autotune(configs=[triton.Config({{}}, num_warps=w) for w in {AUTOTUNE_WARPS!r}], "
+            f"key=[]{reset})\n")
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -551,9 +567,14 @@ class LoopSource:
                 self.rows_after(p + 1, {})
         body = "\n".join(self.lines)
         params = ", ".join([f"p{j}" for j in range(len(self.params))] + ["err"])
-        head = f"@triton.jit\ndef {self.name}({params}):\n"
+        head = f"{autotune_line(self.zeroed_params()) if autotuning() else ''}@triton.jit\ndef {self.name}({params}):\n"
         doc = f'    """{self.describe()}\n    {parameter_line(self.names, self.params)}"""\n'
         return head + doc + body + "\n"
+
+    def zeroed_params(self) -> list[str]:
+        """The parameters atomics add into (zeroed by the host before each launch, and by the autotuner
+        before each trial)."""
+        return [self.param_of[self.program.access[n].owner] for n in self.k.nodes if n in self.k.accumulated]
 
     def describe(self) -> str:
         k = self.k
