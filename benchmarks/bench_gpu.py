@@ -308,6 +308,7 @@ def header(command: str, args, torch, device, warm_calls: int = 1) -> str:
         f"first call of a fresh compiled object minus a steady call (gradir with GRADIR_CACHE_DIR=off; Triton's "
         f"and Inductor's on-disk caches as they were).",
         "",
+        "",
     ])
 
 
