@@ -4,6 +4,7 @@
     gradir trace model.py --fn step --argnums w,b  # another function, chosen arguments
     gradir check examples/models/mlp.py            # gradcheck against central differences
     gradir schedule model.py --policy memory       # the backward schedule, step by step
+    gradir schedule model.py --buckets 1MiB        # ... and the data-parallel all-reduce buckets
     gradir memory model.py --format json           # the memory plan
     gradir memory model.py --remat optimal --budget 4MiB   # with a recompute plan under a budget
 
@@ -363,6 +364,10 @@ REMAT_HELP = (f"Recompute plan: {', '.join(REMAT_POLICIES)} (default: none; opti
               "uniform when --segments is).")
 BUDGET_HELP = ("Activation memory budget for --remat optimal: bytes or a size such as 4MiB, 512KiB, 1.5GB "
                "(KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024), rounded to whole bytes.")
+PLOT_HELP = ("Also write the memory timeline of forward then backward (svg, png or pdf by the extension), with "
+             "each --buckets bucket's launch step marked.")
+BUCKETS_HELP = ("Plan data-parallel gradient buckets of at most this size (bytes or 1MiB, 25MB, ...): gradients "
+                "grouped in the order the schedule makes them final, as DDP's bucket_cap_mb.")
 SEGMENTS_HELP = "Segments for --remat uniform (default: the square root of the number of blocks)."
 FORMAT_HELP = f"{', '.join(FORMATS)}: a text table, the report's to_dict(), or one CSV line per row."
 FULL_HELP = "Print every row (a terminal shows the first and last ones, and the rows that matter)."
@@ -548,8 +553,9 @@ def _trace_grad(t: Target, file: str, policy: str, remat: Remat | None = None):
 
 
 def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | None = None, full: bool = False,
-                    limit: int | None = None, output: Path | None = None):
-    """Print (or write to `output`) the report `what` of FILE's function: a table, JSON or CSV."""
+                    limit: int | None = None, output: Path | None = None, buckets: int | None = None):
+    """Print (or write to `output`) the report `what` of FILE's function: a table, JSON or CSV; with
+    `buckets` (bytes), the data-parallel bucket plan after it."""
     error = check_format(fmt)
     if error:
         _fail(CLIError(error))
@@ -559,18 +565,21 @@ def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | No
         report = getattr(j, what)
     except CLIError as e:
         _fail(e)
+    extra = {"remat": j.remat} if remat is not None else {"buckets": j.buckets(buckets)} if buckets else {}
     if fmt == "json":
-        data = report.to_dict() if remat is None else {what: report.to_dict(), "remat": j.remat.to_dict(),
-                                                       "budget_bytes": remat.budget}
+        data = report.to_dict() if not extra else {what: report.to_dict(), **{k: r.to_dict() for k, r in extra.items()}}
+        if remat is not None:
+            data["budget_bytes"] = remat.budget
         _emit(as_json(data), output)
     elif fmt == "csv":
         _emit(report.to_csv(), output)  # the recompute plan is one row: its report is in the json and table forms
     else:
         view = View.of(full, limit, to_file=output is not None)
         text = view.report(report)
-        if remat is not None:
-            text += "\n\n" + view.report(j.remat)
+        for r in extra.values():
+            text += "\n\n" + view.report(r)
         _emit(text, output)
+    return j
 
 
 # -- recompute planning options ---------------------------------------------------------------------
@@ -662,8 +671,33 @@ def _report_cli(what: str, doc: str) -> None:
     app.command(name=what)(command)
 
 
-_report_cli("schedule", "The backward pass's dependency-counted schedule, step by step: node run, counts "
-                        "decremented, ready queue after, bytes freed.")
+@app.command()
+def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+             fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
+             argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
+             policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
+             buckets: Annotated[str | None, typer.Option("--buckets", help=BUCKETS_HELP)] = None,
+             plot: Annotated[Path | None, typer.Option("--plot", help=PLOT_HELP)] = None,
+             fmt: Format = "table", output: Output = None, full: Full = False, limit: Limit = None):
+    """The backward pass's dependency-counted schedule, step by step: node run, counts decremented, ready
+    queue after, bytes freed. With --buckets SIZE, then the data-parallel gradient buckets: which gradients
+    share an all-reduce and the step each bucket can launch at."""
+    try:
+        size = parse_size(buckets, "--buckets") if buckets is not None else None
+    except CLIError as e:
+        _fail(e)
+    j = _report_command(file, fn, argnums, policy, fmt, "schedule", full=full, limit=limit, output=output,
+                        buckets=size)
+    if plot is not None:
+        from gradir.viz import memory_timeline
+
+        try:
+            written = memory_timeline({policy: j.memory}, plot, buckets=j.buckets(size) if size else None)
+        except (GradirError, OSError) as e:
+            _fail(CLIError(f"cannot write the plot {plot}: {e}"))
+        typer.echo(f"wrote {written}", err=True)
+
+
 _report_cli("saved", "The saved-tensor report: every value forward keeps for backward, its bytes, who made it, "
                      "which rule needs it and why, its backward readers and last use.")
 

@@ -71,6 +71,17 @@ class GradTrace:
 
         return saved_tensors(self.partition, self.schedule.order, wrt=self.wrt)
 
+    def buckets(self, bucket_bytes: int):
+        """Data-parallel gradient buckets of at most `bucket_bytes`, in the order this backward's schedule makes
+        the gradients final, each with the step its all-reduce can start at (gradir.passes.buckets)."""
+        from gradir.passes.buckets import plan_buckets
+
+        wrt = self.wrt if self.wrt is not None else range(len(self.graph.inputs))
+        names = [f"d {self.graph.inputs[i].attrs.get('name')}" for i in wrt]
+        if len(names) != len(self.backward.outputs):
+            names = None
+        return plan_buckets(self.backward, None, bucket_bytes, order=self.schedule.order, names=names)
+
     def _flat_args(self, args, op: str) -> list:
         """The arguments as the arrays the programs take: same structure, shapes and dtypes as the trace
         (torch tensors and gr.Tensors converted; Python scalars cast to a float input's dtype)."""

@@ -56,7 +56,7 @@ class BucketPlan(Report):
 
     def _title(self) -> str:
         total = sum(b.nbytes for b in self.buckets)
-        return (f"gradient buckets of {self.graph_name}: {len(self.buckets)} buckets of at most "
+        return (f"gradient buckets of {self.graph_name}: {len(self.buckets)} bucket{'s' * (len(self.buckets) != 1)} of at most "
                 f"{human_bytes(self.bucket_bytes)}, {human_bytes(total)} in all, over {self.num_steps} steps")
 
     def _columns(self) -> list[Column]:

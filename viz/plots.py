@@ -77,9 +77,15 @@ def _span_label(b) -> str:
     return f"{v.op} {where} {human_bytes(b.nbytes)}".replace("  ", " ")
 
 
-def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0):
+def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0, buckets=None):
     steps = list(range(len(plan.live_bytes)))
     start = backward_start(plan)
+    if buckets is not None and start is not None:  # each bucket's all-reduce launch, at its backward step
+        for b in buckets.buckets:
+            x = start + b.launch_step
+            ax_live.axvline(x, color="#15803d", lw=1, ls=":")
+            ax_live.annotate(f"b{b.index}", (x, 0), xytext=(2, 2), textcoords="offset points", fontsize=7,
+                             color="#15803d", gid=f"bucket{b.index}-{panel}")
     if start is not None:
         for ax in (ax_live, ax_spans):
             ax.axvspan(start - 0.5, len(steps) - 0.5, color="#fee2e2", alpha=0.6, lw=0)
@@ -122,7 +128,7 @@ def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0):
 RC = {"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}
 
 
-def memory_timeline_figure(plans: dict, title: str | None = None) -> Figure:
+def memory_timeline_figure(plans: dict, title: str | None = None, buckets=None) -> Figure:
     """The matplotlib Figure `memory_timeline` saves (call it under `rc_context(RC)`)."""
     if not plans:
         raise GradirError("memory_timeline needs at least one memory plan", op="memory_timeline")
@@ -136,7 +142,7 @@ def memory_timeline_figure(plans: dict, title: str | None = None) -> Figure:
         ax_live = fig.add_subplot(grid[0, k], sharey=first)
         ax_spans = fig.add_subplot(grid[1, k], sharex=ax_live)
         first = first or ax_live
-        _draw(ax_live, ax_spans, name, plan, k)
+        _draw(ax_live, ax_spans, name, plan, k, buckets)
     top = max(1, *(p.peak_bytes for p in plans.values()))
     first.set_ylim(0, top * HEADROOM)
     _bytes_axis(first, top)
@@ -145,25 +151,26 @@ def memory_timeline_figure(plans: dict, title: str | None = None) -> Figure:
     return fig
 
 
-def memory_timeline_bytes(plans: dict, fmt: str = "svg", title: str | None = None) -> bytes:
+def memory_timeline_bytes(plans: dict, fmt: str = "svg", title: str | None = None, buckets=None) -> bytes:
     """The plot of `memory_timeline`, as bytes in format `fmt` (svg, png or pdf)."""
     if fmt not in FORMATS:
         raise GradirError(f"unknown plot format {fmt!r} (have: {', '.join(FORMATS)})", op="memory_timeline")
     with rc_context(RC):
-        fig = memory_timeline_figure(plans, title)
+        fig = memory_timeline_figure(plans, title, buckets)
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None, dpi=110)
     return buf.getvalue()
 
 
-def memory_timeline(plans: dict, path: str | os.PathLike, title: str | None = None) -> Path:
+def memory_timeline(plans: dict, path: str | os.PathLike, title: str | None = None, buckets=None) -> Path:
     """Plot live bytes per step for each memory plan (`passes.memory.MemoryPlan`, e.g. a
     GradTrace's `.memory` under several policies), side by side, with the phase boundary, the peak
-    and the saved tensors' spans. Writes SVG, PNG or PDF by `path`'s extension, atomically, and
-    returns the path."""
+    and the saved tensors' spans; with `buckets` (a `passes.buckets.BucketPlan` of the backward), a
+    dotted line where each bucket's all-reduce can launch. Writes SVG, PNG or PDF by `path`'s
+    extension, atomically, and returns the path."""
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "svg"
-    return write_atomic(path, memory_timeline_bytes(plans, fmt, title))
+    return write_atomic(path, memory_timeline_bytes(plans, fmt, title, buckets))
 
 
 def tradeoff_curve(rows, path: str | os.PathLike, title: str | None = None) -> Path:

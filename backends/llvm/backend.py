@@ -151,6 +151,7 @@ class LLVMCompiled:
         self._slots[self.arena_slot] = self.arena.ctypes.data
         self._slots_ptr = self._slots.ctypes.data
         self._lock = threading.Lock()
+        self._ready_plan = None  # run_with_ready's steps, cut at the kernels that finish outputs (made on first use)
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
         self._last_inputs = [None] * len(graph.inputs)
         self._last_strides = [None] * len(graph.inputs)
@@ -205,7 +206,53 @@ class LLVMCompiled:
         with self._lock:  # one arena and one slot table: calls from several Python threads take turns
             return self._run(args)
 
-    def _run(self, args):
+    def run_with_ready(self, args, on_ready):
+        """Run on `args` (a flat list) as a call does, calling ``on_ready(position, array)`` for each output as
+        soon as it is final: right after the kernel that writes it, while the driver has handed control back
+        between two parts of the program (the foreign call releases the GIL, so work the callback starts, such
+        as an asynchronous all-reduce, proceeds while the rest runs). Returns the outputs."""
+        with self._lock:
+            if self._ready_plan is None:
+                self._ready_plan = self._split_at_outputs()
+            steps, ready_after = self._ready_plan
+            outs = self._run(args, steps, ready_after, on_ready)
+            # (the callbacks ran inside _run; outputs that are inputs or copies are final only now)
+            for pos in ready_after.get(len(steps), ()):
+                on_ready(pos, outs[pos])
+            return outs
+
+    def _split_at_outputs(self):
+        """The steps cut after every kernel that finishes an output, and which outputs each step finishes."""
+        finisher = {}
+        for pos, v in enumerate(self.program.returned):
+            if v is not None:
+                finisher.setdefault(v, []).append(pos)
+        steps, ready_after = [], {}
+        for step in self.steps:
+            if not isinstance(step, tuple):  # a NumPy fallback kernel
+                steps.append(step)
+                done = [p for n in step.outputs for p in finisher.get(n, ())]
+                if done:
+                    ready_after[len(steps) - 1] = done
+                continue
+            part = []
+            for k in step[0]:
+                part.append(k)
+                done = [p for n in k.outputs for p in finisher.get(n, ())]
+                if done:
+                    table = self._table(part)
+                    steps.append((part, table, table.ctypes.data))
+                    ready_after[len(steps) - 1] = done
+                    part = []
+            if part:
+                table = self._table(part)
+                steps.append((part, table, table.ctypes.data))
+        rest = [p for p, _ in self.program.passthrough] + [p for p, _ in self.program.output_copies]
+        if rest:
+            ready_after[len(steps)] = rest
+        return steps, ready_after
+
+    def _run(self, args, steps=None, ready_after=None, on_ready=None):
         slots, last = self._slots, self._last_inputs
         ins = []
         for i, (a, (dt, shape)) in enumerate(zip(args, self._in_types)):
@@ -226,7 +273,7 @@ class LLVMCompiled:
         slots[self._out_slots] = self._out_offsets + address
         for j in self._own_outputs:
             slots[self._out_slots[j]] = outs[j].ctypes.data
-        for step in self.steps:
+        for i, step in enumerate(self.steps if steps is None else steps):
             if isinstance(step, tuple):
                 kernels, _, table = step
                 status = self._driver(self._slots_ptr, table, len(kernels), self._failed_ptr)
@@ -234,6 +281,9 @@ class LLVMCompiled:
                     self._fail(kernels[int(self._failed[0])].nodes[status - 1], ins)
             else:
                 self._run_numpy(step, ins, outs)
+            if ready_after and i in ready_after:
+                for pos in ready_after[i]:
+                    on_ready(pos, outs[pos])
         for pos, i in self.program.passthrough:
             outs[pos] = ins[i]
         for pos, earlier in self.program.output_copies:
