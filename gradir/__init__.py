@@ -4,7 +4,7 @@
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
-from gradir import amp, checks, display, dtypes, errors, nn, optim  # noqa: F401 - the gr.amp, gr.checks, gr.nn, gr.optim namespaces
+from gradir import amp, checks, display, distributed, dtypes, errors, nn, optim  # noqa: F401 - the gr.amp, gr.checks, gr.distributed, gr.nn, gr.optim namespaces
 from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.cache import clear_caches
 from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
@@ -23,6 +23,6 @@ __version__ = "0.1.0"
 display.install()  # _repr_svg_/_repr_html_ for notebooks
 
 __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "amp", "bfloat16", "bool_", "checkpoint", "clear_caches",
-           "compile", "complex128", "dtypes", "enable_grad", "errors", "float16", "float32", "float64", "from_torch", "grad",
-           "int32", "int64", "jvp", "no_grad", "optim", "scope", "torch_saved", "trace", "trace_grad", "train",
-           "value_and_grad", "vjp", *_ops_all]
+           "compile", "complex128", "distributed", "dtypes", "enable_grad", "errors", "float16", "float32", "float64",
+           "from_torch", "grad", "int32", "int64", "jvp", "no_grad", "optim", "scope", "torch_saved", "trace", "trace_grad",
+           "train", "value_and_grad", "vjp", *_ops_all]

@@ -1,0 +1,642 @@
+"""Data-parallel training on torch.distributed (`gr.distributed`): count-weighted, bucketed gradient all-reduce.
+
+    import gradir as gr
+    info = gr.distributed.init(timeout_s=60)            # reads torchrun's RANK, WORLD_SIZE, MASTER_ADDR, ...
+    dp = gr.distributed.DataParallel(loss, gr.optim.adam(1e-3))
+    params, state = dp.init(params)                     # rank 0's parameters, on every rank
+    for k in range(steps):
+        loss_value, params, state = dp.step(params, state, *my_shard(k))   # this rank's examples only
+        if k % 100 == 0:
+            dp.save_checkpoint("run.npz", params, state, k + 1)             # rank 0 writes, atomically
+
+`loss(params, *batch)` returns the MEAN loss over the batch's examples; axis 0 of every batch leaf is the
+example axis. Each rank holds a shard of the global batch: any number of examples, zero included (the last
+batch of an epoch). A step is:
+
+1. an all-reduce of the ranks' example counts n_r (and of a failure flag, see Errors): N = sum n_r;
+2. this rank's loss and gradients, by ONE program `gr.compile` made (`gr.optim.loss_and_grads`, so mixed
+   precision works too); a rank with n_r = 0 does not call the loss (the mean of nothing is undefined) and
+   contributes zeros;
+3. count weighting: each rank scales its mean gradient and mean loss by n_r / N, and the ranks' scaled
+   gradients are summed by `dist.all_reduce`. Summing the ranks' plain means instead (or averaging them)
+   is wrong whenever the counts differ: sum_r (n_r / N) mean_r = (1/N) sum over all examples = the
+   full-batch mean, which is what single-process training computes;
+4. every rank applies the same update with a second compiled program (`opt.update`), so parameters stay
+   identical on every rank (the same inputs, the same machine code, the same bits).
+
+Buckets. Gradients travel in buckets: each bucket's gradients are copied (already scaled) into one
+contiguous buffer of at most `bucket_bytes` (one dtype per bucket) and all-reduced as one tensor, as DDP's
+`bucket_cap_mb`. The order of the buckets comes from the backward schedule when `gradir.passes.buckets`
+provides `plan_buckets` (the order in which gradients become final); otherwise the gradients are bucketed
+in reverse parameter order (DDP's heuristic: the last layers' gradients are produced first). The plan is
+fixed at the first step and the same on every rank (the schedule-based one is computed on the lowest rank
+holding examples and broadcast), because gloo matches collectives by the order in which they are issued.
+`dp.plan` is the plan (`print(dp.plan.table())`).
+
+Overlap. When `overlap=True` and the compiled program offers `run_with_ready(flat_args, on_ready)` (the
+LLVM backend reports each output as soon as it is final), each bucket's all-reduce is started
+asynchronously as soon as its last gradient is ready (and every earlier bucket has been started), so
+communication runs while the rest of the backward pass computes; all handles are waited for after the
+backward. Otherwise every bucket is all-reduced after the backward. The decision sits in one function,
+`overlap_runner`; both paths do the same arithmetic in the same order and give identical bits.
+
+Checkpoints. `dp.save_checkpoint` writes on rank 0 only, atomically (`gr.train.save_checkpoint`: a temporary
+file renamed into place), then waits at a barrier, so no rank runs ahead of a checkpoint that is not yet on
+disk. `dp.load_checkpoint(path)` reads on every rank by default: on one machine the file is shared; on
+several machines the path must be on a filesystem every machine sees (NFS, a cluster filesystem). Without
+one, `dp.load_checkpoint(path, broadcast=True)` reads on rank 0 only and broadcasts the checkpoint to the
+other ranks (then only rank 0's machine needs the file, which is also where `save_checkpoint` wrote it).
+Either way, the ranks then compare what they loaded and raise if they differ (a stale copy on one machine).
+
+Errors. A rank that raises must not leave the others waiting forever. `init(timeout_s=...)` gives the
+process group a timeout: a collective that waits longer raises on every rank. A Python error on one rank
+during a step (tracing or compiling the loss, a bad batch) is caught, announced to the other ranks through
+the count all-reduce, and every rank raises a `DistributedError` naming the rank and its error (the
+failing rank chains its original exception). A rank that dies (or raises outside `dp.step`) closes its
+connections: the others' next collective fails at once ("Connection closed by peer") or at the timeout,
+and is re-raised as a `DistributedError` that says another rank failed.
+
+Launch. One machine, N processes:
+
+    torchrun --nproc-per-node N script.py
+
+Several machines (run on each; HOST:PORT is an address of the first machine every machine can reach):
+
+    torchrun --nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:PORT --nproc-per-node N script.py
+    torchrun --nnodes 2 --node-rank 1 --rdzv-backend c10d --rdzv-endpoint HOST:PORT --nproc-per-node N script.py
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; `init()` reads them. gloo is the
+backend for NumPy (CPU) arrays; on several machines set GLOO_SOCKET_IFNAME to the network interface to use
+if gloo picks the wrong one. Parameters stay bit-identical across ranks when every machine runs the same
+machine code (same CPU features); on mixed hardware, re-broadcast them now and then (`dp.init(params)`
+broadcasts rank 0's, keeping `state` is up to you).
+
+torch is imported only inside the functions of this module, so `import gradir` does not import it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gradir import api, dtypes
+from gradir.errors import GradirError
+from gradir.optim import loss_and_grads
+from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
+
+__all__ = ["Bucket", "BucketPlan", "DataParallel", "DistributedError", "init", "overlap_runner", "plan_reverse"]
+
+MESSAGE_BYTES = 512  # of a failing rank's error message, sent to every rank
+
+
+class DistributedError(GradirError, RuntimeError):
+    """A data-parallel step failed on some rank (every rank raises it), or a collective failed or timed out."""
+
+
+def _torch():
+    import torch
+    import torch.distributed as dist
+
+    return torch, dist
+
+
+# -- process group --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """Where this process stands: its rank, the world size, its rank on this machine, the backend."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+
+
+def init(timeout_s: float = 60, *, backend: str | None = None, rank: int | None = None, world_size: int | None = None,
+         master_addr: str | None = None, master_port: int | None = None) -> ProcessInfo:
+    """Initialise torch.distributed's default process group from torchrun's environment (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT; explicit arguments win), with a timeout of `timeout_s` seconds on
+    every collective, so a rank that fails makes the others raise instead of hang. `backend`: "gloo" (the
+    default: gradir's arrays live in CPU memory) or "nccl" (CUDA tensors). Already initialised: returns the
+    existing group's figures."""
+    torch, dist = _torch()
+    if dist.is_initialized():
+        return ProcessInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())),
+                           str(dist.get_backend()))
+    env = os.environ
+
+    def need(value, name):
+        if value is not None:
+            return value
+        if name not in env:
+            raise DistributedError(f"{name} is not set: launch with torchrun (torchrun --nproc-per-node N script.py) "
+                                   "or pass rank=, world_size=, master_addr=, master_port= to gr.distributed.init",
+                                   op="distributed.init")
+        return env[name]
+
+    rank = int(need(rank, "RANK"))
+    world_size = int(need(world_size, "WORLD_SIZE"))
+    addr = str(need(master_addr, "MASTER_ADDR"))
+    port = int(need(master_port, "MASTER_PORT"))
+    backend = backend or "gloo"
+    if backend == "nccl" and torch.cuda.is_available():
+        torch.cuda.set_device(int(env.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1))))
+    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return ProcessInfo(rank, world_size, int(env.get("LOCAL_RANK", rank)), backend)
+
+
+def _collective(what: str, fn, *args, **kwargs):
+    """Run a torch.distributed call; its failure (a peer that died, a timeout) becomes a DistributedError."""
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as e:  # torch's DistBackendError is a RuntimeError
+        raise _peer_error(what, e) from e
+
+
+def _peer_error(what: str, e: BaseException) -> DistributedError:
+    _, dist = _torch()
+    rank = dist.get_rank() if dist.is_initialized() else "?"
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return DistributedError(f"rank {rank}: {what} failed: another rank probably raised or exited (its own error says "
+                            f"why), or the process group's timeout passed. torch said: {first}", op="distributed")
+
+
+def _wait(what: str, handle) -> None:
+    try:
+        handle.wait()
+    except RuntimeError as e:
+        raise _peer_error(what, e) from e
+
+
+def _group_size(group) -> tuple[int, int]:
+    _, dist = _torch()
+    if not dist.is_initialized():
+        raise DistributedError("torch.distributed is not initialised: call gr.distributed.init() first (under torchrun)",
+                               op="distributed")
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _as_torch(a: np.ndarray):
+    """A torch view of a contiguous NumPy array (bfloat16 through an int16 view, bool through uint8)."""
+    torch, _ = _torch()
+    if a.dtype == dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if a.dtype == np.bool_:
+        return torch.from_numpy(a.view(np.uint8))
+    return torch.from_numpy(a)
+
+
+# -- bucket plans ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Bucket:
+    """Gradients all-reduced together: `leaves` are indices into the flattened parameters, in the order the
+    bucket fills; `positions` the compiled program's output positions of those gradients (None before a
+    program exists); `nbytes` the buffer's size."""
+
+    index: int
+    leaves: tuple[int, ...]
+    dtype: Any
+    nbytes: int
+    names: tuple[str, ...] = ()
+
+
+@dataclass
+class BucketPlan:
+    """How gradients are grouped for the all-reduce, in launch order, and where the order came from."""
+
+    buckets: list[Bucket]
+    bucket_bytes: int
+    source: str  # "backward schedule (plan_buckets)" or "reverse parameter order"
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def table(self) -> str:
+        lines = [f"bucket plan: {len(self.buckets)} bucket(s) of at most {self.bucket_bytes:,} bytes, "
+                 f"order from the {self.source}" + (f" ({self.note})" if self.note else "")]
+        lines.append(f"{'bucket':>6}  {'bytes':>10}  {'dtype':<8}  gradients (in launch order)")
+        for b in self.buckets:
+            names = ", ".join(b.names) if b.names else ", ".join(map(str, b.leaves))
+            lines.append(f"{b.index:>6}  {b.nbytes:>10,}  {dtypes.short(np.dtype(b.dtype)):<8}  {names}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "bucket_bytes": self.bucket_bytes, "note": self.note,
+                "buckets": [{"index": b.index, "leaves": list(b.leaves), "names": list(b.names), "bytes": b.nbytes,
+                             "dtype": str(np.dtype(b.dtype))} for b in self.buckets]}
+
+
+def _split(order: list[int], groups: list[list[int]] | None, sizes: list[int], kinds: list, bucket_bytes: int,
+           names: list[str]) -> list[Bucket]:
+    """Buckets along `order` (or within each of `groups`): a new one when the dtype changes or the next
+    gradient would pass `bucket_bytes` (a gradient bigger than that gets a bucket of its own)."""
+    out: list[Bucket] = []
+    for group in groups if groups is not None else [order]:
+        cur: list[int] = []
+        nbytes = 0
+        for i in group:
+            if cur and (kinds[i] != kinds[cur[0]] or nbytes + sizes[i] > bucket_bytes):
+                out.append(Bucket(len(out), tuple(cur), kinds[cur[0]], nbytes, tuple(names[j] for j in cur)))
+                cur, nbytes = [], 0
+            cur.append(i)
+            nbytes += sizes[i]
+        if cur:
+            out.append(Bucket(len(out), tuple(cur), kinds[cur[0]], nbytes, tuple(names[j] for j in cur)))
+    return out
+
+
+def plan_reverse(params, bucket_bytes: int, names: list[str] | None = None) -> BucketPlan:
+    """DDP's heuristic: gradients bucketed in reverse parameter order (the last layers' come first in backward)."""
+    leaves, _ = tree_flatten(params)
+    arrays = [np.asarray(x) for x in leaves]
+    names = names or [str(i) for i in range(len(arrays))]
+    order = list(range(len(arrays)))[::-1]
+    return BucketPlan(_split(order, None, [a.nbytes for a in arrays], [a.dtype for a in arrays], bucket_bytes, names),
+                      bucket_bytes, "reverse parameter order")
+
+
+def _schedule_planner():
+    """gradir.passes.buckets.plan_buckets when this gradir has it, else None."""
+    try:
+        from gradir.passes import buckets
+    except ImportError:
+        return None
+    return getattr(buckets, "plan_buckets", None)
+
+
+def _plan_from_schedule(planner, graph, grad_positions: list[int], params, bucket_bytes: int, names: list[str]):
+    """The planner's buckets as leaf indices, each split further where the dtype changes; (None, why) when
+    the planner's answer does not cover every gradient exactly once."""
+    report = planner(graph, grad_positions, bucket_bytes)
+    leaf_of = {p: i for i, p in enumerate(grad_positions)}
+    groups = []
+    for b in getattr(report, "buckets", report):
+        positions = getattr(b, "positions", b)
+        groups.append([leaf_of.get(int(p), -1) for p in positions])
+    flat = [i for g in groups for i in g]
+    if sorted(flat) != list(range(len(grad_positions))):
+        return None, "plan_buckets did not cover every gradient exactly once; reverse parameter order used instead"
+    arrays = [np.asarray(x) for x in tree_flatten(params)[0]]
+    buckets = _split(flat, groups, [a.nbytes for a in arrays], [a.dtype for a in arrays], bucket_bytes, names)
+    return BucketPlan(buckets, bucket_bytes, "backward schedule (plan_buckets)", extra={"report": report}), ""
+
+
+def _encode_plan(plan: BucketPlan, n: int) -> np.ndarray:
+    """A plan as 2n int64s: the leaves in launch order, then each one's bucket index."""
+    order = [i for b in plan.buckets for i in b.leaves]
+    which = [b.index for b in plan.buckets for _ in b.leaves]
+    return np.array(order + which if len(order) == n else [-1] * 2 * n, np.int64)
+
+
+def _decode_plan(code: np.ndarray, params, bucket_bytes: int, names: list[str], source: str) -> BucketPlan | None:
+    n = len(code) // 2
+    if n and code[0] < 0:
+        return None
+    arrays = [np.asarray(x) for x in tree_flatten(params)[0]]
+    groups: list[list[int]] = []
+    for leaf, b in zip(code[:n].tolist(), code[n:].tolist()):
+        if b >= len(groups):
+            groups.append([])
+        groups[b].append(leaf)
+    buckets = [Bucket(k, tuple(g), arrays[g[0]].dtype, sum(arrays[i].nbytes for i in g), tuple(names[i] for i in g))
+               for k, g in enumerate(groups)]
+    return BucketPlan(buckets, bucket_bytes, source)
+
+
+# -- the overlap decision ----------------------------------------------------------------------------
+
+
+def overlap_runner(executable, overlap: bool):
+    """How this step's gradients reach the all-reduce, decided in one place: the program's
+    `run_with_ready(flat_args, on_ready)` (buckets launched during the backward, as their last gradient is
+    ready) when `overlap` is asked for and the backend offers it, else None (all-reduce after the backward)."""
+    if overlap:
+        return getattr(executable, "run_with_ready", None)
+    return None
+
+
+class _Launcher:
+    """Copies each gradient, scaled by n_r / N, into its bucket's buffer as it becomes ready, and starts a
+    bucket's all-reduce once it is full and every earlier bucket has started (the same order on every rank)."""
+
+    def __init__(self, plan: BucketPlan, grad_positions: list[int], shapes: list[tuple], weight: float, group,
+                 async_op: bool):
+        self.plan, self.weight, self.group, self.async_op = plan, weight, group, async_op
+        self.buffers = [np.empty(b.nbytes // np.dtype(b.dtype).itemsize, b.dtype) for b in plan.buckets]
+        self.where: dict[int, tuple[int, int, int]] = {}  # leaf -> (bucket, start, size)
+        for b in plan.buckets:
+            start = 0
+            for i in b.leaves:
+                size = int(np.prod(shapes[i], dtype=np.int64))
+                self.where[i] = (b.index, start, size)
+                start += size
+        self.shapes = shapes
+        self.leaf_of = {p: i for i, p in enumerate(grad_positions)}
+        self.missing = [len(b.leaves) for b in plan.buckets]
+        self.next = 0  # the next bucket to launch
+        self.handles: list = []
+        self.launched_at: list[int] = []  # how many gradients were ready when each bucket launched
+        self.ready = 0
+        self.done: set[int] = set()  # leaves already in their buffer
+
+    def put(self, leaf: int, grad) -> None:
+        b, start, size = self.where[leaf]
+        self.done.add(leaf)
+        dst = self.buffers[b][start:start + size]
+        np.multiply(np.asarray(grad, dtype=dst.dtype).reshape(-1), dst.dtype.type(self.weight), out=dst)
+        self.missing[b] -= 1
+        self.ready += 1
+        self.launch_ready()
+
+    def on_ready(self, position: int, array) -> None:
+        leaf = self.leaf_of.get(int(position))
+        if leaf is not None and leaf not in self.done:
+            self.put(leaf, array)
+
+    def zeros(self) -> None:
+        for buf in self.buffers:
+            buf.fill(0)
+        self.missing = [0] * len(self.missing)
+        self.launch_ready()
+
+    def launch_ready(self) -> None:
+        _, dist = _torch()
+        while self.next < len(self.buffers) and self.missing[self.next] == 0:
+            what = f"all-reduce of gradient bucket {self.next}"
+            t = _as_torch(self.buffers[self.next])
+            if self.async_op:
+                self.handles.append((what, _collective(what, dist.all_reduce, t, group=self.group, async_op=True)))
+            else:
+                _collective(what, dist.all_reduce, t, group=self.group)
+            self.launched_at.append(self.ready)
+            self.next += 1
+
+    def wait(self) -> None:
+        for what, h in self.handles:
+            _wait(what, h)
+        self.handles = []
+
+    def grads(self, treedef):
+        leaves = [None] * len(self.shapes)
+        for leaf, (b, start, size) in self.where.items():
+            leaves[leaf] = self.buffers[b][start:start + size].reshape(self.shapes[leaf])
+        return tree_unflatten(treedef, leaves)
+
+
+# -- DataParallel -----------------------------------------------------------------------------------
+
+
+def _count(shard) -> int:
+    leaves = [x for x in tree_flatten(tuple(shard))[0]]
+    if not leaves:
+        raise DistributedError("a data-parallel step needs a batch (axis 0 of each batch leaf is the example axis)",
+                               op="distributed.step")
+    counts = {int(np.shape(x)[0]) if np.ndim(x) else -1 for x in leaves}
+    if len(counts) != 1 or -1 in counts:
+        raise DistributedError(f"every batch leaf needs the same number of examples on axis 0, got "
+                               f"{sorted(int(np.shape(x)[0]) if np.ndim(x) else 'scalar' for x in leaves)}",
+                               op="distributed.step")
+    return counts.pop()
+
+
+def _signature(tree) -> tuple:
+    leaves, td = tree_flatten(tree)
+    return td, tuple((tuple(np.shape(x)), str(np.asarray(x).dtype)) for x in leaves)
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
+
+
+def tree_digest(tree) -> str:
+    """A SHA-256 of a pytree's structure, shapes, dtypes and bytes: equal digests, equal bits."""
+    h = hashlib.sha256()
+    leaves, td = tree_flatten(tree)
+    h.update(repr(td).encode())
+    for x in leaves:
+        a = np.ascontiguousarray(np.asarray(x))
+        h.update(f"{a.shape}{a.dtype}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+class DataParallel:
+    """Count-weighted data-parallel training of `loss(params, *batch)` (the MEAN over the batch's examples)
+    with the `gr.optim` optimizer `opt` over torch.distributed. See the module docstring."""
+
+    def __init__(self, loss, opt, *, backend: str = "llvm", bucket_bytes: int = 25 * 2**20, overlap: bool = True,
+                 process_group=None):
+        if bucket_bytes <= 0:
+            raise DistributedError(f"bucket_bytes must be > 0, got {bucket_bytes}", op="distributed.DataParallel")
+        self.loss, self.opt, self.backend = loss, opt, backend
+        self.bucket_bytes, self.overlap, self.group = int(bucket_bytes), bool(overlap), process_group
+        gradients = loss_and_grads(loss, opt)
+
+        def value_and_grads(params, state, *batch):
+            return gradients(params, state, *batch)
+
+        value_and_grads.__name__ = f"grads_{getattr(loss, '__name__', 'loss')}".replace("<lambda>", "loss")
+        self.gradients = api.compile(value_and_grads, backend=backend)
+        self.update = api.compile(lambda g, s, p: opt.update(g, s, p), backend=backend)
+        self.plan: BucketPlan | None = None
+        self._plan_key = None
+        self.last: dict = {}  # the last step's figures: counts, N, weight, overlapped, launch points
+        self.last_grads = None  # the last step's all-reduced (count-weighted) gradients, as every rank applied them
+
+    # -- setup
+    @property
+    def rank(self) -> int:
+        return _group_size(self.group)[0]
+
+    @property
+    def world_size(self) -> int:
+        return _group_size(self.group)[1]
+
+    def _agree(self, what: str, key: int) -> None:
+        """Raise on every rank unless every rank passed the same `key` (e.g. a pytree signature's digest)."""
+        torch, dist = _torch()
+        rank, world = _group_size(self.group)
+        t = torch.zeros(world, dtype=torch.int64)
+        t[rank] = key
+        _collective(f"comparing {what} across ranks", dist.all_reduce, t, group=self.group)
+        if len(set(t.tolist())) != 1:
+            raise DistributedError(f"the ranks passed different {what} (digests by rank: {t.tolist()})",
+                                   op="distributed")
+
+    def broadcast(self, tree, src: int = 0):
+        """`tree` as rank `src` has it, on every rank (the same structure, shapes and dtypes are required)."""
+        _, dist = _torch()
+        leaves, td = tree_flatten(tree)
+        self._agree("pytree structures, shapes or dtypes", _digest(repr(_signature(tree))))
+        out = []
+        for i, x in enumerate(leaves):
+            a = np.array(x, copy=True, order="C")
+            if a.size:
+                _collective(f"broadcast of leaf {i}", dist.broadcast, _as_torch(a.reshape(-1)), src=src,
+                            group=self.group)
+            out.append(a)
+        return tree_unflatten(td, out)
+
+    def init(self, params):
+        """(params, state): rank 0's parameters broadcast to every rank, and the optimizer's initial state."""
+        params = self.broadcast(params, 0)
+        return params, self.opt.init(params)
+
+    # -- the step
+    def _exchange(self, n: int, error: BaseException | None) -> np.ndarray:
+        """The all-reduce that opens every step: each rank's example count and whether it failed; if some
+        rank failed, a second all-reduce carries the failing ranks' messages, and every rank raises."""
+        torch, dist = _torch()
+        rank, world = _group_size(self.group)
+        t = torch.zeros((world, 2), dtype=torch.int64)
+        t[rank, 0], t[rank, 1] = n, error is not None
+        _collective("all-reduce of the shard counts", dist.all_reduce, t, group=self.group)
+        table = t.numpy()
+        failed = [r for r in range(world) if table[r, 1]]
+        if failed:
+            msg = torch.zeros((world, MESSAGE_BYTES), dtype=torch.uint8)
+            if error is not None:
+                text = f"{type(error).__name__}: {error}".encode()[:MESSAGE_BYTES]
+                msg[rank, :len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+            _collective("all-reduce of the error messages", dist.all_reduce, msg, group=self.group)
+            texts = [bytes(msg[r].numpy()).rstrip(b"\0").decode(errors="replace") for r in failed]
+            why = "; ".join(f"rank {r} raised {m}" for r, m in zip(failed, texts))
+            raise DistributedError(f"data-parallel step failed on rank(s) {failed} (rank {rank} stops too): {why}",
+                                   op="distributed.step") from error
+        return table[:, 0].copy()
+
+    def _plan_for(self, params, graph_args, counts: np.ndarray, grad_positions):
+        """The bucket plan (fixed at the first step for these parameters; the same on every rank)."""
+        key = _signature(params)
+        if self.plan is not None and self._plan_key == key:
+            return self.plan
+        names = [p for p, _ in tree_flatten_with_path(params, "params")[0]]
+        planner = _schedule_planner()
+        plan = None
+        if planner is not None:  # computed on the lowest rank with examples, broadcast to the others
+            torch, dist = _torch()
+            rank, _ = _group_size(self.group)
+            src = int(np.flatnonzero(counts > 0)[0])
+            n = len(names)
+            code = torch.zeros(2 * n, dtype=torch.int64)
+            note = ""
+            if rank == src:
+                try:
+                    made, note = _plan_from_schedule(planner, self.gradients.graph(*graph_args), grad_positions, params,
+                                                     self.bucket_bytes, names)
+                except Exception as e:  # noqa: BLE001 - a planner that fails falls back to the heuristic, saying so
+                    made, note = None, f"plan_buckets failed ({type(e).__name__}: {e}); reverse parameter order used"
+                code = torch.from_numpy(_encode_plan(made, n) if made is not None else np.full(2 * n, -1, np.int64))
+            _collective("broadcast of the bucket plan", dist.broadcast, code, src=src, group=self.group)
+            plan = _decode_plan(code.numpy(), params, self.bucket_bytes, names,
+                                f"backward schedule (plan_buckets, on rank {src})")
+            if plan is None:
+                plan = plan_reverse(params, self.bucket_bytes, names)
+                plan.note = note or "plan_buckets gave no usable plan"
+        if plan is None:
+            plan = plan_reverse(params, self.bucket_bytes, names)
+        self.plan, self._plan_key = plan, key
+        return plan
+
+    def step(self, params, state, *shard):
+        """(loss, params, state): the global batch's mean loss and every rank's identical updated parameters
+        and state, from this rank's `shard` (any number of examples, zero included)."""
+        torch, dist = _torch()
+        n = _count(shard)
+        p_leaves, p_tree = tree_flatten(params)
+        shapes = [tuple(np.shape(x)) for x in p_leaves]
+        executable = flat = graph = None
+        error = None
+        try:
+            if n > 0:  # trace and compile now (where a Python error in the loss shows), before any collective waits
+                args = (params, state, *shard)
+                executable = self.gradients.executable(*args)
+                graph = self.gradients.graph(*args)
+                flat = api._prepare(self.gradients.fn, args).flat
+        except Exception as e:  # noqa: BLE001 - announced to every rank, then raised here too
+            error = e
+        counts = self._exchange(n, error)
+        total = int(counts.sum())
+        if total == 0:
+            raise DistributedError("no rank holds any example in this step", op="distributed.step")
+        weight = n / total
+        grad_positions = None
+        if graph is not None:
+            n_out = len(graph.outputs)
+            grad_positions = list(range(n_out - len(p_leaves), n_out))  # (value, grads): the gradients come last
+        plan = self._plan_for(params, (params, state, *shard), counts, grad_positions)
+        runner = overlap_runner(executable, self.overlap) if executable is not None else None
+        launcher = _Launcher(plan, grad_positions or [], shapes, weight, self.group, async_op=True)
+        if n == 0:
+            value = 0.0
+            launcher.zeros()
+        else:
+            if runner is not None:
+                outs = runner(flat, launcher.on_ready)
+            else:
+                outs = executable(*flat)
+            for leaf, pos in enumerate(grad_positions):  # whatever was not reported ready (or all, without overlap)
+                if leaf not in launcher.done:
+                    launcher.put(leaf, outs[pos])
+            value = float(np.asarray(outs[0]))
+        loss = torch.tensor([value * weight], dtype=torch.float64)
+        h = _collective("all-reduce of the loss", dist.all_reduce, loss, group=self.group, async_op=True)
+        launcher.wait()
+        _wait("all-reduce of the loss", h)
+        grads = launcher.grads(p_tree)
+        self.last_grads = grads
+        self.last = {"counts": counts.tolist(), "N": total, "weight": weight, "overlapped": runner is not None,
+                     "launched_at": launcher.launched_at, "buckets": len(plan.buckets)}
+        params, state = self.update(grads, state, params)
+        return np.float64(loss.item()), params, state
+
+    # -- checkpoints
+    def save_checkpoint(self, path, params, state, step: int, **kwargs):
+        """Rank 0 writes `gr.train.save_checkpoint(path, params, state, step, **kwargs)` (atomically); every
+        rank then waits at a barrier. Returns the path."""
+        from gradir.train import save_checkpoint
+
+        _, dist = _torch()
+        error = None
+        if self.rank == 0:
+            try:
+                save_checkpoint(path, params, state, step, **kwargs)
+            except Exception as e:  # noqa: BLE001 - told to the others through the barrier's all-reduce
+                error = e
+        self._exchange(0, error)  # a barrier that also says whether rank 0's write failed
+        return path
+
+    def load_checkpoint(self, path, *, broadcast: bool = False):
+        """The checkpoint at `path` (a gr.train Checkpoint: .params, .state, .step, .losses, ...) on every rank.
+        Read by every rank (a path every rank sees), or with `broadcast=True` read by rank 0 and sent to the
+        others. The ranks then check that they hold the same checkpoint."""
+        from gradir.train import load_checkpoint
+
+        _, dist = _torch()
+        rank, _ = _group_size(self.group)
+        ck, error = None, None
+        if rank == 0 or not broadcast:
+            try:
+                ck = load_checkpoint(path)
+            except Exception as e:  # noqa: BLE001 - every rank raises, naming the rank that could not read
+                error = e
+        self._exchange(0, error)
+        if broadcast:
+            box = [ck]
+            _collective("broadcast of the checkpoint", dist.broadcast_object_list, box, src=0, group=self.group)
+            ck = box[0]
+        digest = _digest(tree_digest((ck.params, ck.state, ck.step)))
+        try:
+            self._agree("checkpoints", digest)
+        except DistributedError as e:
+            raise DistributedError(f"{e.detail}: {path} differs between ranks; on several machines it must be on a "
+                                   "shared filesystem, or pass broadcast=True", op="distributed.load_checkpoint") from None
+        return ck
