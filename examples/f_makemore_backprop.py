@@ -53,6 +53,7 @@ STEPS = ["emb", "embcat", "hprebn", "bnmeani", "bndiff", "bndiff2", "bnvar", "bn
          "h", "logits", "logit_maxes", "norm_logits", "counts", "counts_sum", "counts_sum_inv", "probs",
          "logprobs", "loss"]
 PARAMS = ["C", "W1", "b1", "W2", "b2", "bngain", "bnbias"]
+MISTAKES = ("wrong_axis", "alias", "biased_variance")  # backward_by_hand's deliberate errors (example J)
 
 # -- data -------------------------------------------------------------------------------------------
 
@@ -166,20 +167,34 @@ def forward_gr(p: dict, taps: dict, Xb, Yb, eps: float = EPS):
     return step("loss", -gr.mean(gr.getitem(v["logprobs"], (np.arange(n), Yb))))
 
 
-def backward_by_hand(p: dict, v: dict, Xb, Yb, eps: float = EPS) -> dict:
-    """Every intermediate's gradient, one atomic step at a time, in reverse (NumPy only)."""
+def backward_by_hand(p: dict, v: dict, Xb, Yb, eps: float = EPS, mistake: str | None = None) -> dict:
+    """Every intermediate's gradient, one atomic step at a time, in reverse (NumPy only).
+
+    `mistake` (one of MISTAKES; example J's `j_wrong_steps_and_rulers.py` uses them) switches on one
+    deliberate error, to show how a cmp table against autodiff locates it; None is the right backward."""
+    if mistake not in (None, *MISTAKES):
+        raise ValueError(f"mistake must be None or one of {MISTAKES}, not {mistake!r}")
     n = Xb.shape[0]
     d = {"loss": np.ones_like(v["loss"])}
     d["logprobs"] = np.zeros_like(v["logprobs"])
     d["logprobs"][np.arange(n), Yb] = -1.0 / n
     d["probs"] = (1.0 / v["probs"]) * d["logprobs"]
-    d["counts_sum_inv"] = (v["counts"] * d["probs"]).sum(1, keepdims=True)
+    if mistake == "wrong_axis":
+        # MISTAKE: summed over axis 0, a (1, 27) array where counts_sum_inv is (32, 1); broadcasting carries it on
+        d["counts_sum_inv"] = (v["counts"] * d["probs"]).sum(0, keepdims=True)
+    else:
+        d["counts_sum_inv"] = (v["counts"] * d["probs"]).sum(1, keepdims=True)
     d["counts_sum"] = -v["counts_sum"] ** -2 * d["counts_sum_inv"]
     d["counts"] = v["counts_sum_inv"] * d["probs"] + d["counts_sum"]  # two uses: probs and counts_sum
     d["norm_logits"] = v["counts"] * d["counts"]
     d["logit_maxes"] = -d["norm_logits"].sum(1, keepdims=True)
     onehot_max = (v["logits"] == v["logit_maxes"]).astype(v["logits"].dtype)
-    d["logits"] = d["norm_logits"] + onehot_max * d["logit_maxes"]
+    if mistake == "alias":
+        # MISTAKE: dlogits is dnorm_logits itself (no .copy()), so the in-place += changes dnorm_logits too
+        d["logits"] = d["norm_logits"]
+        d["logits"] += onehot_max * d["logit_maxes"]
+    else:
+        d["logits"] = d["norm_logits"] + onehot_max * d["logit_maxes"]
     d["h"] = d["logits"] @ p["W2"].T
     d["W2"] = v["h"].T @ d["logits"]
     d["b2"] = d["logits"].sum(0)
@@ -189,7 +204,11 @@ def backward_by_hand(p: dict, v: dict, Xb, Yb, eps: float = EPS) -> dict:
     d["bnraw"] = p["bngain"] * d["hpreact"]
     d["bnvar_inv"] = (v["bndiff"] * d["bnraw"]).sum(0, keepdims=True)
     d["bnvar"] = -0.5 * (v["bnvar"] + eps) ** -1.5 * d["bnvar_inv"]
-    d["bndiff2"] = 1.0 / (n - 1) * np.ones_like(v["bndiff2"]) * d["bnvar"]
+    if mistake == "biased_variance":
+        # MISTAKE: divides by n, but the forward's (unbiased) variance divides by n-1
+        d["bndiff2"] = 1.0 / n * np.ones_like(v["bndiff2"]) * d["bnvar"]
+    else:
+        d["bndiff2"] = 1.0 / (n - 1) * np.ones_like(v["bndiff2"]) * d["bnvar"]
     d["bndiff"] = v["bnvar_inv"] * d["bnraw"] + 2 * v["bndiff"] * d["bndiff2"]  # two uses: bnraw and bndiff2
     d["bnmeani"] = -d["bndiff"].sum(0, keepdims=True)
     d["hprebn"] = d["bndiff"] + 1.0 / n * np.ones_like(v["hprebn"]) * d["bnmeani"]

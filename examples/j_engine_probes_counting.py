@@ -39,9 +39,9 @@ Run:  python examples/j_engine_probes_counting.py
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import pathlib
+import sys
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -50,17 +50,9 @@ import gradir as gr
 from gradir.passes.report import value_names
 from gradir.primitive import get_primitive
 
-HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import i_small_decoder as DEC  # noqa: E402 - the small decoder of example I
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_j_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-DEC = _load("i_small_decoder")
 STEP = 0.01  # length of the probe step along / against the normalised gradient
 W0 = np.array([0.5, -1.0])  # the engine example's input
 COURSE_SAVED_PER_BLOCK = 2320

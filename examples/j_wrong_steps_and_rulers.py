@@ -43,28 +43,20 @@ Run:  python examples/j_wrong_steps_and_rulers.py [--data ../shared/data/names.t
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
+import sys
 
 import numpy as np
 
 import gradir as gr
 from gradir.errors import ShapeError
 
-HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import f_makemore_backprop as F  # noqa: E402 - the model, the flattened forward and the hand backward (with its mistakes)
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_j_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-F = _load("f_makemore_backprop")  # the model, the flattened forward and the right hand backward
 N_HIDDEN = 64
 LR = 0.1
-MISTAKES = ("wrong_axis", "alias", "biased_variance")
+MISTAKES = F.MISTAKES  # switched on one at a time in F.backward_by_hand
 FALLBACK_NAMES = ["emma", "olivia", "ava", "isabella", "sophia", "charlotte", "mia", "amelia", "harper", "evelyn",
                   "abigail", "emily", "elizabeth", "mila", "ella", "avery", "sofia", "camila", "aria", "scarlett"]
 ROWS = [*reversed(F.STEPS[:-1]), *F.PARAMS]  # backward order, then the parameters
@@ -89,53 +81,6 @@ def make_batch(data_path) -> dict:
     p = F.init_params(vocab, N_HIDDEN, rng)
     Xb, Yb = F.sample_batch(X, Y, rng)
     return {"params": p, "Xb": Xb, "Yb": Yb, "vocab": vocab, "source": source}
-
-
-# -- the hand backward, with switchable mistakes ------------------------------------------------------
-
-
-def backward_by_hand(p: dict, v: dict, Xb, Yb, mistake: str | None = None, eps: float = F.EPS) -> dict:
-    """Example F's hand backward, step for step; `mistake` switches on one of MISTAKES."""
-    n = Xb.shape[0]
-    d = {"loss": np.ones_like(v["loss"])}
-    d["logprobs"] = np.zeros_like(v["logprobs"])
-    d["logprobs"][np.arange(n), Yb] = -1.0 / n
-    d["probs"] = (1.0 / v["probs"]) * d["logprobs"]
-    if mistake == "wrong_axis":
-        d["counts_sum_inv"] = (v["counts"] * d["probs"]).sum(0, keepdims=True)  # MISTAKE: (1, 27), not (32, 1)
-    else:
-        d["counts_sum_inv"] = (v["counts"] * d["probs"]).sum(1, keepdims=True)
-    d["counts_sum"] = -v["counts_sum"] ** -2 * d["counts_sum_inv"]
-    d["counts"] = v["counts_sum_inv"] * d["probs"] + d["counts_sum"]
-    d["norm_logits"] = v["counts"] * d["counts"]
-    d["logit_maxes"] = -d["norm_logits"].sum(1, keepdims=True)
-    onehot_max = (v["logits"] == v["logit_maxes"]).astype(v["logits"].dtype)
-    if mistake == "alias":
-        d["logits"] = d["norm_logits"]  # MISTAKE: no copy, the next line changes dnorm_logits too
-    else:
-        d["logits"] = d["norm_logits"].copy()
-    d["logits"] += onehot_max * d["logit_maxes"]
-    d["h"] = d["logits"] @ p["W2"].T
-    d["W2"] = v["h"].T @ d["logits"]
-    d["b2"] = d["logits"].sum(0)
-    d["hpreact"] = (1.0 - v["h"] ** 2) * d["h"]
-    d["bngain"] = (v["bnraw"] * d["hpreact"]).sum(0, keepdims=True)
-    d["bnbias"] = d["hpreact"].sum(0, keepdims=True)
-    d["bnraw"] = p["bngain"] * d["hpreact"]
-    d["bnvar_inv"] = (v["bndiff"] * d["bnraw"]).sum(0, keepdims=True)
-    d["bnvar"] = -0.5 * (v["bnvar"] + eps) ** -1.5 * d["bnvar_inv"]
-    divisor = n if mistake == "biased_variance" else n - 1  # MISTAKE: the forward divides by n-1
-    d["bndiff2"] = 1.0 / divisor * np.ones_like(v["bndiff2"]) * d["bnvar"]
-    d["bndiff"] = v["bnvar_inv"] * d["bnraw"] + 2 * v["bndiff"] * d["bndiff2"]
-    d["bnmeani"] = -d["bndiff"].sum(0, keepdims=True)
-    d["hprebn"] = d["bndiff"] + 1.0 / n * np.ones_like(v["hprebn"]) * d["bnmeani"]
-    d["embcat"] = d["hprebn"] @ p["W1"].T
-    d["W1"] = v["embcat"].T @ d["hprebn"]
-    d["b1"] = d["hprebn"].sum(0)
-    d["emb"] = d["embcat"].reshape(v["emb"].shape)
-    d["C"] = np.zeros_like(p["C"])
-    np.add.at(d["C"], Xb, d["emb"])
-    return d
 
 
 # -- the cmp table ------------------------------------------------------------------------------------
@@ -179,11 +124,11 @@ def wrong_steps(batch: dict) -> dict:
     v = F.forward_np(p, Xb, Yb)
     auto_p, auto_v, auto_loss = F.autodiff_grads(p, Xb, Yb)
     auto = {**auto_v, **auto_p}
-    right = backward_by_hand(p, v, Xb, Yb)
+    right = F.backward_by_hand(p, v, Xb, Yb)
     out = {"loss": float(v["loss"]), "autodiff_loss": auto_loss, "v": v, "auto": auto, "right": right,
            "right_rows": cmp_table(right, auto)}
     for m in MISTAKES:
-        hand = backward_by_hand(p, v, Xb, Yb, mistake=m)
+        hand = F.backward_by_hand(p, v, Xb, Yb, mistake=m)
         rows = cmp_table(hand, auto)
         out[m] = {"hand": hand, "rows": rows, "first_wrong": first_wrong(rows)}
     alias = out["alias"]["hand"]

@@ -17,6 +17,7 @@ from examples_util import load, run
 from gradir.errors import ShapeError
 
 torch = pytest.importorskip("torch")
+from test_example_f_makemore import torch_intermediates as f_torch_intermediates  # noqa: E402 - needs torch
 
 
 @pytest.fixture(scope="module")
@@ -36,35 +37,11 @@ def engine():
 # -- part 1: the makemore MLP ----------------------------------------------------------------------------
 
 
-def torch_intermediates(p: dict, Xb, Yb, eps=1e-5) -> tuple[float, dict]:
-    """The flattened makemore forward in torch float64, every intermediate retained: d loss / d each."""
-    t = {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
-    n = len(Yb)
-    X, Y = torch.as_tensor(Xb), torch.as_tensor(Yb)
-    v = {"emb": t["C"][X]}
-    v["embcat"] = v["emb"].view(n, -1)
-    v["hprebn"] = v["embcat"] @ t["W1"] + t["b1"]
-    v["bnmeani"] = v["hprebn"].sum(0, keepdim=True) / n
-    v["bndiff"] = v["hprebn"] - v["bnmeani"]
-    v["bndiff2"] = v["bndiff"] ** 2
-    v["bnvar"] = v["bndiff2"].sum(0, keepdim=True) / (n - 1)
-    v["bnvar_inv"] = (v["bnvar"] + eps) ** -0.5
-    v["bnraw"] = v["bndiff"] * v["bnvar_inv"]
-    v["hpreact"] = t["bngain"] * v["bnraw"] + t["bnbias"]
-    v["h"] = torch.tanh(v["hpreact"])
-    v["logits"] = v["h"] @ t["W2"] + t["b2"]
-    v["logit_maxes"] = v["logits"].max(1, keepdim=True).values
-    v["norm_logits"] = v["logits"] - v["logit_maxes"]
-    v["counts"] = v["norm_logits"].exp()
-    v["counts_sum"] = v["counts"].sum(1, keepdim=True)
-    v["counts_sum_inv"] = v["counts_sum"] ** -1
-    v["probs"] = v["counts"] * v["counts_sum_inv"]
-    v["logprobs"] = v["probs"].log()
-    loss = -v["logprobs"][torch.arange(n), Y].mean()
-    for x in v.values():
-        x.retain_grad()
-    loss.backward()
-    return loss.item(), {**{k: x.grad.numpy() for k, x in v.items()}, **{k: x.grad.numpy() for k, x in t.items()}}
+def torch_intermediates(p: dict, Xb, Yb) -> tuple[float, dict]:
+    """Example F's test's flattened makemore forward in torch float64, every intermediate retained:
+    the loss and d loss / d each."""
+    grads, values = f_torch_intermediates(p, Xb, Yb)
+    return float(values["loss"]), grads
 
 
 def torch_loss(p: dict, Xb, Yb) -> float:
