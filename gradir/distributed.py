@@ -89,7 +89,8 @@ from gradir.errors import GradirError
 from gradir.optim import loss_and_grads
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
-__all__ = ["Bucket", "BucketPlan", "DataParallel", "DistributedError", "init", "overlap_runner", "plan_reverse"]
+__all__ = ["Bucket", "BucketPlan", "DataParallel", "DistributedError", "ProcessInfo", "init", "overlap_runner", "plan_reverse",
+           "tree_digest"]
 
 MESSAGE_BYTES = 512  # of a failing rank's error message, sent to every rank
 
@@ -527,7 +528,7 @@ class DataParallel:
             src = int(np.flatnonzero(counts > 0)[0])
             n = len(names)
             code = torch.zeros(2 * n, dtype=torch.int64)
-            note = ""
+            made, note = None, ""
             if rank == src:
                 try:
                     made, note = _plan_from_schedule(planner, self.gradients.graph(*graph_args), grad_positions, params,
@@ -538,6 +539,8 @@ class DataParallel:
             _collective("broadcast of the bucket plan", dist.broadcast, code, src=src, group=self.group)
             plan = _decode_plan(code.numpy(), params, self.bucket_bytes, names,
                                 f"backward schedule (plan_buckets, on rank {src})")
+            if plan is not None and rank == src:  # the same buckets; the planner's own report kept for printing
+                plan.extra["report"] = made.extra["report"]
             if plan is None:
                 plan = plan_reverse(params, self.bucket_bytes, names)
                 plan.note = note or "plan_buckets gave no usable plan"
