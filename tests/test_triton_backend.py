@@ -279,3 +279,21 @@ def test_autotuning_is_a_gpu_option_that_resets_accumulators(monkeypatch):
     zeroed = source.zeroed_params()
     assert len(zeroed) == 1 and f"reset_to_zero={zeroed!r}" in source.text
     assert source.text.startswith("@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in (1, 2, 4, 8)]")
+
+
+def test_identical_blocks_share_one_generated_function():
+    # three residual blocks of the same shape: their elementwise kernels have the same code (only the buffers
+    # differ), so one generated function runs them
+    ws = [RNG.standard_normal((8, 8)) for _ in range(3)]
+
+    def blocks(x):
+        for w in ws:
+            x = x + gr.tanh(x @ w) * 0.25
+        return gr.sum(x)
+    x = RNG.standard_normal((4, 8))
+    want, got = both(gr.value_and_grad(blocks), x)
+    assert_close(got, want, 1e-12)
+    compiled = gr.compile(gr.value_and_grad(blocks), backend="triton").executable(x)
+    functions = [compiled.function_of[k.index] for k in compiled.program.kernels if k.index in compiled.function_of]
+    assert len(set(functions)) < len(functions) and "code]" in compiled.listing
+    assert compiled.kernel_source.count("@triton.jit") == len(set(functions))

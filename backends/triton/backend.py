@@ -50,12 +50,12 @@ from gradir.primitive import get_primitive
 
 from . import gemm
 from .codegen import (
+    ZERO,
     LoopSource,
     autotuning,
     buffer_names,
     coordinate,
     interpreting,
-    literal,
     next_pow2,
     parameter_line,
     unrendered,
@@ -149,6 +149,19 @@ def _import_source(text: str, name: str):
     return module, str(path)
 
 
+def shared_code(text: str) -> str:
+    """A kernel's code without its name, docstring and comments: kernels equal in this share a function."""
+    head, body = text.split("):\n", 1)  # the decorators and def line, then the body
+    decorators, signature = head.split("def ", 1)
+    body = body.split('"""', 2)[2]  # after the docstring
+    code = [line.split("  # ", 1)[0].rstrip() for line in body.splitlines()]
+    return decorators + signature.split("(", 1)[1] + "\n".join(c for c in code if c)
+
+
+def function_name(text: str) -> str:
+    return text.split("def ", 1)[1].split("(", 1)[0]
+
+
 def graphs_wanted(compiled) -> bool:
     """Whether to capture the launches as a CUDA graph: on a GPU, unless GRADIR_TRITON_CUDA_GRAPHS=0 or a kernel
     runs on the NumPy reference (it needs the host); GRADIR_TRITON_CUDA_GRAPHS=force also on the CPU (tests)."""
@@ -178,7 +191,7 @@ def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[st
     def load(ptr, coords_, acc, dt):  # a masked lane load, or one element broadcast
         at = linear(coords_, acc.strides, acc.offset)
         if any(s for s in acc.strides):
-            return f"tl.load({ptr} + {at}, mask=live, other={literal(0, dt)})"
+            return f"tl.load({ptr} + {at}, mask=live, other={ZERO[dt]})"
         return f"tl.load({ptr} + {at})"
     out_strides = c_strides(n.shape, 1)
     oc = coords[:axis] + ["j"] + coords[axis + idx.ndim:]
@@ -215,23 +228,28 @@ class TritonCompiled:
         self.program = p = fuse(graph, order)
         self.steps: list[tuple] = []          # (kind, kernel, launch details)
         self.reasons: dict[int, str] = {}     # kernel index -> why it runs on the NumPy reference
-        sources = []
+        sources: dict[str, str] = {}        # code (without comments) -> the generated function that runs it
+        self.function_of: dict[int, str] = {}  # kernel index -> the function it launches
         names = buffer_names(p)
+
+        def add(k, text: str, grid: tuple, params: list, warps: int) -> None:
+            # kernels with the same code (a deep network's identical blocks) share one function: one compile
+            function = function_name(sources.setdefault(shared_code(text), text))
+            self.function_of[k.index] = function
+            self.steps.append(("loop", k, (function, grid, params, warps)))
+
         for k in p.kernels:
             name = f"k{k.index}"
             if k.kind == LOOP:
                 why = unrendered(p, k)
                 if why is None:
                     ls = LoopSource(p, k, name, names)
-                    sources.append(ls.text)
-                    self.steps.append(("loop", k, (name, (ls.grid,), ls.params, ls.num_warps)))
+                    add(k, ls.text, (ls.grid,), ls.params, ls.num_warps)
                     continue
             elif k.kind == MATMUL:
                 why = self._matmul_reason(k)
                 if why is None and gemm.choose(p, k) == "triton":
-                    text, grid, params = gemm.gemm_source(p, k, name, names)
-                    sources.append(text)
-                    self.steps.append(("loop", k, (name, grid, params, 4)))
+                    add(k, *gemm.gemm_source(p, k, name, names), 4)
                     continue
                 if why is None:
                     self.steps.append(("matmul", k, None))
@@ -239,15 +257,14 @@ class TritonCompiled:
             elif k.kind == SCATTER:
                 made = scatter_source(p, k, name, names)
                 if made is not None:
-                    text, grid, params = made
-                    sources.append(text)
-                    self.steps.append(("loop", k, (name, grid, params, 4)))
+                    add(k, *made, 4)
                     continue
                 why = f"{k.nodes[0].op} over {dtypes.short(k.nodes[0].dtype)} (the last write wins: run in order)"
             else:
                 why = k.note or f"{k.nodes[0].op} is not compiled by any backend"
             self.reasons[k.index] = why
             self.steps.append(("reference", k, None))
+        sources = list(sources.values())
         self.kernel_source = HEADER.format(name=graph.name) + "\n\n".join(sources)
         self.module, self.path = _import_source(self.kernel_source, graph.name)
         self.checks_errors = any(n.op in ("take", "check_classes") for s in self.steps if s[0] == "loop"
@@ -298,6 +315,8 @@ class TritonCompiled:
         for kind, k, _ in self.steps:
             how = {"loop": "triton", "matmul": "torch.matmul", "reference": "NumPy reference"}[kind]
             how = "triton tl.dot" if kind == "loop" and k.kind == MATMUL else how
+            if self.function_of.get(k.index, k.name) != k.name:
+                how += f", runs {self.function_of[k.index]}'s code"
             why = f" — {self.reasons[k.index]}" if k.index in self.reasons else ""
             lines.append(f"  {kernel_header(k, self.program)}  [{how}{why}]")
         return "\n".join(lines)
@@ -308,12 +327,13 @@ class TritonCompiled:
         return f"{self.listing}\n\n# {self.path}\n{self.kernel_source}"
 
     def kernel_text(self, index: int) -> str:
-        """The generated source of kernel `index` (k<index>), for reading one kernel."""
-        start = self.kernel_source.find(f"def k{index}(")
-        if start < 0:
+        """The generated source of the function kernel `index` (k<index>) runs (kernels of the same code share
+        the first one's), for reading one kernel."""
+        if index not in self.function_of:
             raise KeyError(f"kernel k{index} is not a generated Triton kernel")
-        start = self.kernel_source.rfind("@triton.jit", 0, start)
-        end = self.kernel_source.find("\n\n", start)
+        at = self.kernel_source.find(f"def {self.function_of[index]}(")
+        start = self.kernel_source.rfind("\n\n", 0, at) + 2
+        end = self.kernel_source.find("\n\n", at)
         return self.kernel_source[start:end if end > 0 else None]
 
     # -- running

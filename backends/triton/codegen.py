@@ -48,6 +48,8 @@ COMPUTE = {dtypes.float64: "tl.float64", dtypes.float32: "tl.float32", dtypes.fl
            dtypes.bfloat16: "tl.float32", dtypes.int64: "tl.int64", dtypes.int32: "tl.int32", dtypes.bool_: "tl.int1"}
 STORAGE = {dtypes.float16: "tl.float16", dtypes.bfloat16: "tl.bfloat16"}
 COMPARE = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!="}
+ZERO = {dtypes.bool_: "False", **{d: "0" for d in (dtypes.int64, dtypes.int32)},
+        **{d: "0.0" for d in dtypes.FLOATING}}  # the value a masked-off lane loads (tl.load casts it)
 LOADS = object()  # the key of a scope's load variables in its memo
 RENDERED_OPS = (ELEMENTWISE | REDUCTIONS | ARG_REDUCTIONS | PLACEMENTS) | {"take", "check_classes"}
 
@@ -261,7 +263,7 @@ class LoopSource:
         acc = self.program.access[u]
         strides = mapped(acc.strides, want, self.r)
         ptr = f"{self.param(acc.owner)} + {self.index(strides, acc.offset)}"
-        text = f"tl.load({ptr}, mask=live, other={literal(0, u.dtype)})" if self.lanes(strides) else f"tl.load({ptr})"
+        text = f"tl.load({ptr}, mask=live, other={ZERO[u.dtype]})" if self.lanes(strides) else f"tl.load({ptr})"
         text += ".to(tl.float32)" if u.dtype in STORAGE else ""
         loads = memo.setdefault(LOADS, {})
         if text not in loads:
@@ -447,7 +449,7 @@ class LoopSource:
         terms = [f"{c} * {s}" for c, s in zip(coords, acc.strides) if s]
         at = " + ".join(terms + [str(acc.offset)])
         if terms:  # positions outside u are masked off, never read
-            text = f"tl.load({self.param(acc.owner)} + {at}, mask=({inside}) & live, other={literal(0, u.dtype)})"
+            text = f"tl.load({self.param(acc.owner)} + {at}, mask=({inside}) & live, other={ZERO[u.dtype]})"
         else:  # u is one element broadcast
             text = f"tl.load({self.param(acc.owner)} + {at})"
         text += ".to(tl.float32)" if u.dtype in STORAGE else ""
