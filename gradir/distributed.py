@@ -31,7 +31,8 @@ provides `plan_buckets` (the order in which gradients become final); otherwise t
 in reverse parameter order (DDP's heuristic: the last layers' gradients are produced first). The plan is
 fixed at the first step and the same on every rank (the schedule-based one is computed on the lowest rank
 holding examples and broadcast), because gloo matches collectives by the order in which they are issued.
-`dp.plan` is the plan (`print(dp.plan.table())`).
+`dp.plan` is the plan (`print(dp.plan.table())`); `dp.last` holds the last step's counts, N, weight and
+whether it overlapped, and `dp.last_grads` the all-reduced gradients it applied.
 
 Overlap. When `overlap=True` and the compiled program offers `run_with_ready(flat_args, on_ready)` (the
 LLVM backend reports each output as soon as it is final), each bucket's all-reduce is started
