@@ -145,12 +145,6 @@ def rows_of(rank: int, split: tuple, batch):
     return tuple(b[lo:lo + n] for b in batch)
 
 
-def _schedule_table(plan) -> str | None:
-    """The backward schedule's bucket report (launch step of each bucket), on the rank that planned it."""
-    report = plan.extra.get("report")
-    return report.text() if report is not None and hasattr(report, "text") else None
-
-
 def run_rank(args, rank: int) -> dict:
     """One rank's data-parallel runs of both models (torch.distributed already initialised)."""
     X, Y, vocab, _ = mlp_data(args.data)
@@ -168,7 +162,7 @@ def run_rank(args, rank: int) -> dict:
             losses.append(float(value))
             counts.append(dp.last["counts"])
         record[name] = {"losses": losses, "counts": counts, "digest": gr.distributed.tree_digest((params, state)),
-                        "plan": dp.plan.table(), "schedule_plan": _schedule_table(dp.plan), "buckets": len(dp.plan.buckets),
+                        "plan": dp.plan.text(), "buckets": len(dp.plan.buckets),
                         "seconds": time.perf_counter() - start,
                         "overlapped": dp.last["overlapped"] or None}
     return record
@@ -292,11 +286,9 @@ def report(args, records: list[dict], verbose: bool) -> dict:
         print("2. The bucket plan. Gradients are copied into contiguous buffers of at most "
               f"{BUCKET_BYTES // 1024} KiB, and each buffer is all-reduced as one message, in this order on every "
               "rank (gloo matches collectives by their order):")
+        print("   Each bucket launches after the step of the compiled backward that finishes its last gradient "
+              "(gradir.passes.buckets); the steps after it are the ones its all-reduce overlaps:")
         print("   " + mlp["plan"].replace("\n", "\n   "))
-        if mlp.get("schedule_plan"):
-            print("   Where each bucket can launch: the step of the compiled backward after which its last gradient is "
-                  "final (gradir.passes.buckets; the steps after it are the ones its all-reduce overlaps):")
-            print("   " + mlp["schedule_plan"].replace("\n", "\n   "))
         overlapped = mlp["overlapped"]
         print("   Each bucket's all-reduce " + ("started as soon as its last gradient was final, during the backward."
                                                 if overlapped else "ran after the backward (this backend does not report "

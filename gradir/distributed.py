@@ -26,12 +26,11 @@ batch of an epoch). A step is:
 
 Buckets. Gradients travel in buckets: each bucket's gradients are copied (already scaled) into one
 contiguous buffer of at most `bucket_bytes` (one dtype per bucket) and all-reduced as one tensor, as DDP's
-`bucket_cap_mb`. The order of the buckets comes from the backward schedule when `gradir.passes.buckets`
-provides `plan_buckets` (the order in which gradients become final); otherwise the gradients are bucketed
-in reverse parameter order (DDP's heuristic: the last layers' gradients are produced first). The plan is
-fixed at the first step and the same on every rank (the schedule-based one is computed on the lowest rank
-holding examples and broadcast), because gloo matches collectives by the order in which they are issued.
-`dp.plan` is the plan (`print(dp.plan.table())`); `dp.last` holds the last step's counts, N, weight and
+`bucket_cap_mb`. The buckets follow the backward schedule (`gradir.passes.buckets.plan_buckets`: the order
+in which the compiled program finishes the gradients), where DDP guesses reverse parameter order. The plan
+is fixed at the first step and the same on every rank (computed on the lowest rank holding examples and
+broadcast), because gloo matches collectives by the order in which they are issued. `dp.plan` is the plan
+(`print(dp.plan)`: each bucket's gradients, bytes and launch step); `dp.last` holds the last step's counts, N, weight and
 whether it overlapped, and `dp.last_grads` the all-reduced gradients it applied.
 
 Overlap. When `overlap=True` and the compiled program offers `run_with_ready(flat_args, on_ready)` (the
@@ -80,18 +79,17 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from gradir import api, dtypes
 from gradir.errors import GradirError
 from gradir.optim import loss_and_grads
+from gradir.passes.buckets import BucketPlan, plan_buckets
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
-__all__ = ["Bucket", "BucketPlan", "DataParallel", "DistributedError", "ProcessInfo", "init", "overlap_runner", "plan_reverse",
-           "tree_digest"]
+__all__ = ["DataParallel", "DistributedError", "ProcessInfo", "init", "overlap_runner", "tree_digest"]
 
 MESSAGE_BYTES = 512  # of a failing rank's error message, sent to every rank
 
@@ -195,124 +193,6 @@ def _as_torch(a: np.ndarray):
     return torch.from_numpy(a)
 
 
-# -- bucket plans ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Bucket:
-    """Gradients all-reduced together: `leaves` are indices into the flattened parameters, in the order the
-    bucket fills; `positions` the compiled program's output positions of those gradients (None before a
-    program exists); `nbytes` the buffer's size."""
-
-    index: int
-    leaves: tuple[int, ...]
-    dtype: Any
-    nbytes: int
-    names: tuple[str, ...] = ()
-
-
-@dataclass
-class BucketPlan:
-    """How gradients are grouped for the all-reduce, in launch order, and where the order came from."""
-
-    buckets: list[Bucket]
-    bucket_bytes: int
-    source: str  # "backward schedule (plan_buckets)" or "reverse parameter order"
-    note: str = ""
-    extra: dict = field(default_factory=dict)
-
-    def table(self) -> str:
-        lines = [f"bucket plan: {len(self.buckets)} bucket(s) of at most {self.bucket_bytes:,} bytes, "
-                 f"order from the {self.source}" + (f" ({self.note})" if self.note else "")]
-        lines.append(f"{'bucket':>6}  {'bytes':>10}  {'dtype':<8}  gradients (in launch order)")
-        for b in self.buckets:
-            names = ", ".join(b.names) if b.names else ", ".join(map(str, b.leaves))
-            lines.append(f"{b.index:>6}  {b.nbytes:>10,}  {dtypes.short(np.dtype(b.dtype)):<8}  {names}")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        return {"source": self.source, "bucket_bytes": self.bucket_bytes, "note": self.note,
-                "buckets": [{"index": b.index, "leaves": list(b.leaves), "names": list(b.names), "bytes": b.nbytes,
-                             "dtype": str(np.dtype(b.dtype))} for b in self.buckets]}
-
-
-def _split(order: list[int], groups: list[list[int]] | None, sizes: list[int], kinds: list, bucket_bytes: int,
-           names: list[str]) -> list[Bucket]:
-    """Buckets along `order` (or within each of `groups`): a new one when the dtype changes or the next
-    gradient would pass `bucket_bytes` (a gradient bigger than that gets a bucket of its own)."""
-    out: list[Bucket] = []
-    for group in groups if groups is not None else [order]:
-        cur: list[int] = []
-        nbytes = 0
-        for i in group:
-            if cur and (kinds[i] != kinds[cur[0]] or nbytes + sizes[i] > bucket_bytes):
-                out.append(Bucket(len(out), tuple(cur), kinds[cur[0]], nbytes, tuple(names[j] for j in cur)))
-                cur, nbytes = [], 0
-            cur.append(i)
-            nbytes += sizes[i]
-        if cur:
-            out.append(Bucket(len(out), tuple(cur), kinds[cur[0]], nbytes, tuple(names[j] for j in cur)))
-    return out
-
-
-def plan_reverse(params, bucket_bytes: int, names: list[str] | None = None) -> BucketPlan:
-    """DDP's heuristic: gradients bucketed in reverse parameter order (the last layers' come first in backward)."""
-    leaves, _ = tree_flatten(params)
-    arrays = [np.asarray(x) for x in leaves]
-    names = names or [str(i) for i in range(len(arrays))]
-    order = list(range(len(arrays)))[::-1]
-    return BucketPlan(_split(order, None, [a.nbytes for a in arrays], [a.dtype for a in arrays], bucket_bytes, names),
-                      bucket_bytes, "reverse parameter order")
-
-
-def _schedule_planner():
-    """gradir.passes.buckets.plan_buckets when this gradir has it, else None."""
-    try:
-        from gradir.passes import buckets
-    except ImportError:
-        return None
-    return getattr(buckets, "plan_buckets", None)
-
-
-def _plan_from_schedule(planner, graph, grad_positions: list[int], params, bucket_bytes: int, names: list[str]):
-    """The planner's buckets as leaf indices, each split further where the dtype changes; (None, why) when
-    the planner's answer does not cover every gradient exactly once."""
-    report = planner(graph, grad_positions, bucket_bytes)
-    leaf_of = {p: i for i, p in enumerate(grad_positions)}
-    groups = []
-    for b in getattr(report, "buckets", report):
-        positions = getattr(b, "positions", b)
-        groups.append([leaf_of.get(int(p), -1) for p in positions])
-    flat = [i for g in groups for i in g]
-    if sorted(flat) != list(range(len(grad_positions))):
-        return None, "plan_buckets did not cover every gradient exactly once; reverse parameter order used instead"
-    arrays = [np.asarray(x) for x in tree_flatten(params)[0]]
-    buckets = _split(flat, groups, [a.nbytes for a in arrays], [a.dtype for a in arrays], bucket_bytes, names)
-    return BucketPlan(buckets, bucket_bytes, "backward schedule (plan_buckets)", extra={"report": report}), ""
-
-
-def _encode_plan(plan: BucketPlan, n: int) -> np.ndarray:
-    """A plan as 2n int64s: the leaves in launch order, then each one's bucket index."""
-    order = [i for b in plan.buckets for i in b.leaves]
-    which = [b.index for b in plan.buckets for _ in b.leaves]
-    return np.array(order + which if len(order) == n else [-1] * 2 * n, np.int64)
-
-
-def _decode_plan(code: np.ndarray, params, bucket_bytes: int, names: list[str], source: str) -> BucketPlan | None:
-    n = len(code) // 2
-    if n and code[0] < 0:
-        return None
-    arrays = [np.asarray(x) for x in tree_flatten(params)[0]]
-    groups: list[list[int]] = []
-    for leaf, b in zip(code[:n].tolist(), code[n:].tolist()):
-        if b >= len(groups):
-            groups.append([])
-        groups[b].append(leaf)
-    buckets = [Bucket(k, tuple(g), arrays[g[0]].dtype, sum(arrays[i].nbytes for i in g), tuple(names[i] for i in g))
-               for k, g in enumerate(groups)]
-    return BucketPlan(buckets, bucket_bytes, source)
-
-
 # -- the overlap decision ----------------------------------------------------------------------------
 
 
@@ -333,16 +213,17 @@ class _Launcher:
                  async_op: bool):
         self.plan, self.weight, self.group, self.async_op = plan, weight, group, async_op
         self.buffers = [np.empty(b.nbytes // np.dtype(b.dtype).itemsize, b.dtype) for b in plan.buckets]
+        self.leaf_of = {p: i for i, p in enumerate(grad_positions)}
         self.where: dict[int, tuple[int, int, int]] = {}  # leaf -> (bucket, start, size)
         for b in plan.buckets:
             start = 0
-            for i in b.leaves:
-                size = int(np.prod(shapes[i], dtype=np.int64))
-                self.where[i] = (b.index, start, size)
+            for position in b.positions:
+                leaf = self.leaf_of[position]
+                size = int(np.prod(shapes[leaf], dtype=np.int64))
+                self.where[leaf] = (b.index, start, size)
                 start += size
         self.shapes = shapes
-        self.leaf_of = {p: i for i, p in enumerate(grad_positions)}
-        self.missing = [len(b.leaves) for b in plan.buckets]
+        self.missing = [len(b.positions) for b in plan.buckets]
         self.next = 0  # the next bucket to launch
         self.handles: list = []
         self.launched_at: list[int] = []  # how many gradients were ready when each bucket launched
@@ -515,40 +396,23 @@ class DataParallel:
                                    op="distributed.step") from error
         return table[:, 0].copy()
 
-    def _plan_for(self, params, graph_args, counts: np.ndarray, grad_positions):
-        """The bucket plan (fixed at the first step for these parameters; the same on every rank)."""
+    def _plan_for(self, params, graph_args, counts: np.ndarray, grad_positions: list[int]) -> BucketPlan:
+        """The bucket plan (passes.buckets: the order the backward schedule finishes the gradients), made at the
+        first step for these parameters on the lowest rank holding examples and broadcast, so every rank issues
+        the same all-reduces in the same order (gloo matches collectives by their order)."""
         key = _signature(params)
         if self.plan is not None and self._plan_key == key:
             return self.plan
-        names = [p for p, _ in tree_flatten_with_path(params, "params")[0]]
-        planner = _schedule_planner()
-        plan = None
-        if planner is not None:  # computed on the lowest rank with examples, broadcast to the others
-            torch, dist = _torch()
-            rank, _ = _group_size(self.group)
-            src = int(np.flatnonzero(counts > 0)[0])
-            n = len(names)
-            code = torch.zeros(2 * n, dtype=torch.int64)
-            made, note = None, ""
-            if rank == src:
-                try:
-                    made, note = _plan_from_schedule(planner, self.gradients.graph(*graph_args), grad_positions, params,
-                                                     self.bucket_bytes, names)
-                except Exception as e:  # noqa: BLE001 - a planner that fails falls back to the heuristic, saying so
-                    made, note = None, f"plan_buckets failed ({type(e).__name__}: {e}); reverse parameter order used"
-                code = torch.from_numpy(_encode_plan(made, n) if made is not None else np.full(2 * n, -1, np.int64))
-            _collective("broadcast of the bucket plan", dist.broadcast, code, src=src, group=self.group)
-            plan = _decode_plan(code.numpy(), params, self.bucket_bytes, names,
-                                f"backward schedule (plan_buckets, on rank {src})")
-            if plan is not None and rank == src:  # the same buckets; the planner's own report kept for printing
-                plan.extra["report"] = made.extra["report"]
-            if plan is None:
-                plan = plan_reverse(params, self.bucket_bytes, names)
-                plan.note = note or "plan_buckets gave no usable plan"
-        if plan is None:
-            plan = plan_reverse(params, self.bucket_bytes, names)
-        self.plan, self._plan_key = plan, key
-        return plan
+        _, dist = _torch()
+        rank, _ = _group_size(self.group)
+        src = int(np.flatnonzero(counts > 0)[0])
+        box = [None]
+        if rank == src:
+            names = [p for p, _ in tree_flatten_with_path(params, "params")[0]]
+            box[0] = plan_buckets(self.gradients.graph(*graph_args), grad_positions, self.bucket_bytes, names=names)
+        _collective("broadcast of the bucket plan", dist.broadcast_object_list, box, src=src, group=self.group)
+        self.plan, self._plan_key = box[0], key
+        return self.plan
 
     def step(self, params, state, *shard):
         """(loss, params, state): the global batch's mean loss and every rank's identical updated parameters
@@ -557,13 +421,12 @@ class DataParallel:
         n = _count(shard)
         p_leaves, p_tree = tree_flatten(params)
         shapes = [tuple(np.shape(x)) for x in p_leaves]
-        executable = flat = graph = None
+        executable = flat = None
         error = None
         try:
             if n > 0:  # trace and compile now (where a Python error in the loss shows), before any collective waits
                 args = (params, state, *shard)
                 executable = self.gradients.executable(*args)
-                graph = self.gradients.graph(*args)
                 flat = api._prepare(self.gradients.fn, args).flat
         except Exception as e:  # noqa: BLE001 - announced to every rank, then raised here too
             error = e
@@ -572,13 +435,10 @@ class DataParallel:
         if total == 0:
             raise DistributedError("no rank holds any example in this step", op="distributed.step")
         weight = n / total
-        grad_positions = None
-        if graph is not None:
-            n_out = len(graph.outputs)
-            grad_positions = list(range(n_out - len(p_leaves), n_out))  # (value, grads): the gradients come last
+        grad_positions = list(range(1, 1 + len(p_leaves)))  # the outputs are (value, *grads)
         plan = self._plan_for(params, (params, state, *shard), counts, grad_positions)
         runner = overlap_runner(executable, self.overlap) if executable is not None else None
-        launcher = _Launcher(plan, grad_positions or [], shapes, weight, self.group, async_op=True)
+        launcher = _Launcher(plan, grad_positions, shapes, weight, self.group, async_op=True)
         if n == 0:
             value = 0.0
             launcher.zeros()

@@ -9,7 +9,8 @@ producer runs, after which nothing writes it again.
 
 `plan_buckets(graph, positions, bucket_bytes)` groups the gradient outputs of `graph` in the order they become
 final: a bucket closes when the next gradient would take it past `bucket_bytes` (a gradient bigger than
-that is a bucket of its own), and launches at the step of its last gradient. The report gives, per
+that is a bucket of its own) or has another dtype (a bucket is one buffer), and launches at the step of
+its last gradient. The report gives, per
 bucket, its gradients, bytes, the launch step (the node that finishes it) and how many steps of the
 program remain to overlap with its all-reduce.
 """
@@ -30,6 +31,7 @@ class Bucket:
     positions: list[int]
     names: list[str]
     nbytes: int
+    dtype: object           # one buffer per bucket: its gradients share a dtype
     launch_step: int        # the step of the program after which every gradient of the bucket is final
     launch_node: str        # the node run at that step
 
@@ -52,7 +54,8 @@ class BucketPlan(Report):
     def to_dict(self) -> dict:
         return {"graph": self.graph_name, "bucket_bytes": self.bucket_bytes, "num_steps": self.num_steps,
                 "buckets": [{"bucket": b.index, "positions": b.positions, "gradients": b.names, "bytes": b.nbytes,
-                             "launch_step": b.launch_step, "launch_node": b.launch_node} for b in self.buckets]}
+                             "dtype": str(b.dtype), "launch_step": b.launch_step, "launch_node": b.launch_node}
+                            for b in self.buckets]}
 
     def _title(self) -> str:
         total = sum(b.nbytes for b in self.buckets)
@@ -95,10 +98,12 @@ def plan_buckets(graph: Graph, positions: list[int] | None, bucket_bytes: int, o
         last = positions[current[-1]]
         step = ready(last)
         plan.buckets.append(Bucket(len(plan.buckets), [positions[j] for j in current], [names[j] for j in current],
-                                   size, step, value_name.get(order[step], "") if step >= 0 else "(inputs)"))
+                                   size, graph.outputs[last].dtype, step,
+                                   value_name.get(order[step], "") if step >= 0 else "(inputs)"))
     for j in ranked:
-        nbytes = graph.outputs[positions[j]].nbytes
-        if current and size + nbytes > bucket_bytes:
+        out = graph.outputs[positions[j]]
+        nbytes = out.nbytes
+        if current and (size + nbytes > bucket_bytes or out.dtype != graph.outputs[positions[current[0]]].dtype):
             close()
             current, size = [], 0
         current.append(j)

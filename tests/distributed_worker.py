@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import types
 
 import numpy as np
 
@@ -44,30 +43,6 @@ def shard(k: int, rank: int, world: int):
     return X[lo:lo + counts[rank]], Y[lo:lo + counts[rank]]
 
 
-def fake_overlap(rank: int) -> None:
-    """Stand-ins for the backend's run_with_ready and the schedule's plan_buckets, where this gradir lacks them:
-    outputs reported last first, and a planner whose order differs by rank (the broadcast plan must win)."""
-    from gradir.backends.llvm.backend import LLVMCompiled
-
-    if not hasattr(LLVMCompiled, "run_with_ready"):
-        def run_with_ready(self, flat, on_ready):
-            outs = self(*flat)
-            for pos in reversed(range(len(outs))):
-                on_ready(pos, outs[pos])
-            return outs
-        LLVMCompiled.run_with_ready = run_with_ready
-    try:
-        import gradir.passes.buckets  # noqa: F401
-    except ImportError:
-        mod = types.ModuleType("gradir.passes.buckets")
-
-        def plan_buckets(graph, grad_positions, bucket_bytes):
-            order = list(grad_positions)[::-1] if rank % 2 == 0 else list(grad_positions)
-            return types.SimpleNamespace(buckets=[order[:2], order[2:]])
-        mod.plan_buckets = plan_buckets
-        sys.modules["gradir.passes.buckets"] = mod
-
-
 def train(dp, params, state, rank, world, start, stop, record):
     losses = []
     for k in range(start, stop):
@@ -92,8 +67,6 @@ def main(scenario: str, rank: int, world: int, port: int, out: str) -> None:
         arrays.update({f"init/{k}": v for k, v in params.items()})
         # 2. Adam for STEPS steps, all-reduce after the backward vs overlapped (schedule plan, small buckets)
         for name, overlap in (("plain", False), ("overlap", True)):
-            if overlap:
-                fake_overlap(rank)
             dp = gr.distributed.DataParallel(loss, opt, overlap=overlap, bucket_bytes=200)
             params, state = dp.init(init_params(seed=rank))
             params, state, losses = train(dp, params, state, rank, world, 0, STEPS, record)
