@@ -33,8 +33,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -199,29 +197,12 @@ def single_process(args) -> dict:
 # -- launching ---------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spawn(args, argv: list[str]) -> list[dict]:
     """Start WORLD processes of this script on the loopback interface and collect their records."""
-    port = _free_port()
     with tempfile.TemporaryDirectory(prefix="gradir-dp-") as tmp:
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), "WORLD_SIZE": str(WORLD),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GRADIR_DP_OUT": tmp}
-        procs = [subprocess.Popen([sys.executable, __file__, *argv], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
-                 for r in range(WORLD)]
-        deadline = time.monotonic() + args.timeout
-        for p in procs:
-            try:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise RuntimeError(f"the data-parallel processes did not finish within {args.timeout} s") from None
-        bad = [r for r, p in enumerate(procs) if p.returncode]
+        results = gr.distributed.launch_local([__file__, *argv], WORLD, timeout_s=args.timeout,
+                                              env={"GRADIR_DP_OUT": tmp}, capture=False)
+        bad = [r for r, (rc, _) in enumerate(results) if rc]
         if bad:
             raise RuntimeError(f"rank(s) {bad} failed (their errors are printed above)")
         return [json.loads((pathlib.Path(tmp) / f"rank{r}.json").read_text()) for r in range(WORLD)]
@@ -236,11 +217,11 @@ def as_rank(args) -> list[dict] | None:
     out = os.environ.get("GRADIR_DP_OUT")
     if out:  # spawned by this script: the parent reports
         pathlib.Path(out, f"rank{info.rank}.json").write_text(json.dumps(record))
-        dist.destroy_process_group()
+        gr.distributed.finish()
         return None
     records = [None] * info.world_size
     dist.all_gather_object(records, record)
-    dist.destroy_process_group()
+    gr.distributed.finish()
     return records if info.rank == 0 else None
 
 

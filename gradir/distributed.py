@@ -8,6 +8,7 @@
         loss_value, params, state = dp.step(params, state, *my_shard(k))   # this rank's examples only
         if k % 100 == 0:
             dp.save_checkpoint("run.npz", params, state, k + 1)             # rank 0 writes, atomically
+    gr.distributed.finish()                             # every rank, before it exits
 
 `loss(params, *batch)` returns the MEAN loss over the batch's examples; axis 0 of every batch leaf is the
 example axis. Each rank holds a shard of the global batch: any number of examples, zero included (the last
@@ -89,7 +90,8 @@ from gradir.optim import loss_and_grads
 from gradir.passes.buckets import BucketPlan, plan_buckets
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
-__all__ = ["DataParallel", "DistributedError", "ProcessInfo", "init", "overlap_runner", "tree_digest"]
+__all__ = ["DataParallel", "DistributedError", "ProcessInfo", "finish", "free_port", "init", "launch_local", "overlap_runner",
+           "tree_digest"]
 
 MESSAGE_BYTES = 512  # of a failing rank's error message, sent to every rank
 
@@ -150,6 +152,56 @@ def init(timeout_s: float = 60, *, backend: str | None = None, rank: int | None 
     dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return ProcessInfo(rank, world_size, int(env.get("LOCAL_RANK", rank)), backend)
+
+
+def finish() -> None:
+    """Wait until every rank gets here, then close the process group. Call it before a rank exits: a process
+    that exits with the group open can abort in gloo's threads ("terminate called without an active exception")
+    while a peer is still talking to it."""
+    _, dist = _torch()
+    if dist.is_initialized():
+        _collective("the final barrier", dist.barrier)
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on (for a local process group)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_local(argv: list[str], world_size: int, *, timeout_s: float = 120, env: dict | None = None,
+                 capture: bool = True) -> list[tuple[int, str]]:
+    """Run `python argv...` as `world_size` ranks on this machine, with the environment torchrun would give
+    them (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT; gloo on the loopback
+    interface), for examples and tests that start their own ranks. Returns (exit status, output) per rank
+    (output is "" with `capture=False`: the ranks print to this terminal). Every rank is killed when they
+    have not all finished after `timeout_s`, and a DistributedError says so: a hang fails instead of blocking."""
+    import subprocess
+    import sys
+    import time
+
+    base = {**os.environ, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+            "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **(env or {})}
+    pipe = subprocess.PIPE if capture else None
+    procs = [subprocess.Popen([sys.executable, *map(str, argv)], env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=pipe, stderr=subprocess.STDOUT if capture else None, text=True)
+             for r in range(world_size)]
+    deadline = time.monotonic() + timeout_s
+    results = []
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise DistributedError(f"the {world_size} ranks of {' '.join(map(str, argv))} did not finish within "
+                                   f"{timeout_s:g} s (killed)", op="distributed.launch_local") from None
+        results.append((p.returncode, text or ""))
+    return results
 
 
 def _collective(what: str, fn, *args, **kwargs):

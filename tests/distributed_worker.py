@@ -1,4 +1,5 @@
-"""One rank of a tests/test_distributed.py scenario: python tests/distributed_worker.py SCENARIO RANK WORLD PORT OUT.
+"""One rank of a tests/test_distributed.py scenario: python tests/distributed_worker.py SCENARIO OUT, with torchrun's
+environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; gr.distributed.launch_local sets it).
 
 Writes OUT/rank{RANK}.json (digests, losses) and .npz (arrays) for the test to compare; errors go to stderr."""
 
@@ -52,10 +53,10 @@ def train(dp, params, state, rank, world, start, stop, record):
     return params, state, losses
 
 
-def main(scenario: str, rank: int, world: int, port: int, out: str) -> None:
-    info = gr.distributed.init(timeout_s=float(os.environ.get("DIST_TIMEOUT", 30)), rank=rank, world_size=world,
-                               master_addr="127.0.0.1", master_port=port)
-    record: dict = {"rank": info.rank, "world": info.world_size}
+def main(scenario: str, out: str) -> None:
+    info = gr.distributed.init(timeout_s=float(os.environ.get("DIST_TIMEOUT", 30)))  # torchrun's environment
+    rank, world = info.rank, info.world_size
+    record: dict = {"rank": rank, "world": world}
     arrays: dict = {}
     opt = gr.optim.adam(lr=0.05)
     if scenario == "train":
@@ -102,7 +103,8 @@ def main(scenario: str, rank: int, world: int, port: int, out: str) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
     np.savez(os.path.join(out, f"rank{rank}.npz"), **arrays)
+    gr.distributed.finish()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2])

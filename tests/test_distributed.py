@@ -6,9 +6,6 @@ cache of this test run shared through GRADIR_CACHE_DIR) and is bounded in time: 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,29 +24,12 @@ WORKER = Path(__file__).parent / "distributed_worker.py"
 LIMIT_S = 90  # per scenario, all ranks together (a hang fails instead of blocking the suite)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(scenario: str, world: int, out: Path, env: dict | None = None) -> list[tuple[int, str]]:
     """Run `world` ranks of `scenario`; (exit status, output) per rank. Every rank is killed at LIMIT_S."""
-    port = free_port()
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(r), str(world), str(port), str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    deadline = time.monotonic() + LIMIT_S
-    results = []
-    for p in procs:
-        try:
-            text, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"scenario {scenario!r} did not finish within {LIMIT_S} s (a hang)")
-        results.append((p.returncode, text))
-    return results
+    try:
+        return gr.distributed.launch_local([WORKER, scenario, out], world, timeout_s=LIMIT_S, env=env)
+    except gr.distributed.DistributedError as e:
+        pytest.fail(f"scenario {scenario!r}: {e}")
 
 
 def ranks(out: Path, world: int) -> list[dict]:
