@@ -80,6 +80,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -279,6 +280,7 @@ class _Launcher:
         self.next = 0  # the next bucket to launch
         self.handles: list = []
         self.launched_at: list[int] = []  # how many gradients were ready when each bucket launched
+        self.launch_times: list[float] = []  # time.perf_counter() at each launch
         self.ready = 0
         self.done: set[int] = set()  # leaves already in their buffer
 
@@ -312,6 +314,7 @@ class _Launcher:
             else:
                 _collective(what, dist.all_reduce, t, group=self.group)
             self.launched_at.append(self.ready)
+            self.launch_times.append(time.perf_counter())
             self.next += 1
 
     def wait(self) -> None:
@@ -491,6 +494,7 @@ class DataParallel:
         plan = self._plan_for(params, (params, state, *shard), counts, grad_positions)
         runner = overlap_runner(executable, self.overlap) if executable is not None else None
         launcher = _Launcher(plan, grad_positions, shapes, weight, self.group, async_op=True)
+        start = time.perf_counter()
         if n == 0:
             value = 0.0
             launcher.zeros()
@@ -499,18 +503,27 @@ class DataParallel:
                 outs = runner(flat, launcher.on_ready)
             else:
                 outs = executable(*flat)
+            computed = time.perf_counter()  # the program (forward and backward) is done
             for leaf, pos in enumerate(grad_positions):  # whatever was not reported ready (or all, without overlap)
                 if leaf not in launcher.done:
                     launcher.put(leaf, outs[pos])
             value = float(np.asarray(outs[0]))
+        if n == 0:
+            computed = start
         loss = torch.tensor([value * weight], dtype=torch.float64)
         h = _collective("all-reduce of the loss", dist.all_reduce, loss, group=self.group, async_op=True)
         launcher.wait()
         _wait("all-reduce of the loss", h)
+        reduced = time.perf_counter()
         grads = launcher.grads(p_tree)
         self.last_grads = grads
+        ms = lambda t: (t - start) * 1e3  # noqa: E731
         self.last = {"counts": counts.tolist(), "N": total, "weight": weight, "overlapped": runner is not None,
-                     "launched_at": launcher.launched_at, "buckets": len(plan.buckets)}
+                     "launched_at": launcher.launched_at, "buckets": len(plan.buckets),
+                     # when, from the start of this rank's forward, each bucket's all-reduce started, the program
+                     # (forward and backward) ended, and every all-reduce had finished
+                     "timeline_ms": {"launch": [ms(t) for t in launcher.launch_times], "computed": ms(computed),
+                                     "reduced": ms(reduced)}}
         params, state = self.update(grads, state, params)
         return np.float64(loss.item()), params, state
 
