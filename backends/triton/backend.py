@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 import os
 import pathlib
 import sys
@@ -44,20 +43,15 @@ from gradir import dtypes
 from gradir.errors import ExecutionError, UnsupportedOpError
 from gradir.fileio import write_atomic
 from gradir.ir import Graph, Value
-from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, FusedProgram, fuse, kernel_header
+from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, fuse, kernel_header
 from gradir.primitive import get_primitive
 
-from . import gemm
+from . import gemm, scatter
 from .codegen import (
-    ZERO,
     LoopSource,
     autotuning,
     buffer_names,
-    coordinate,
     interpreting,
-    next_pow2,
-    parameter_line,
     unrendered,
 )
 
@@ -171,47 +165,6 @@ def graphs_wanted(compiled) -> bool:
     return mode == "force" or compiled.device.type == "cuda"
 
 
-def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[str, tuple, list] | None:
-    """index_add as a Triton kernel over g's elements: out[..., idx[j] mod size, ...] += g[..., j, ...]
-    with atomic adds (the host zeroed `out`). None where atomics cannot do it (low-precision sums)."""
-    n = k.nodes[0]
-    if n.op != "index_add" or n.dtype in (dtypes.float16, dtypes.bfloat16, dtypes.bool_):
-        return None
-    g, idx = n.inputs
-    axis, size = n.attrs["axis"], n.attrs["size"]
-    G, I = program.access[g], program.access[idx]
-    total = max(math.prod(g.shape), 1)
-    block = min(1024, next_pow2(total))
-    cs = c_strides(g.shape, 1)
-    coords = [coordinate("i", cs[d], g.shape[d], total) for d in range(g.ndim)]
-
-    def linear(cs_, strides, offset=0):
-        return " + ".join([f"{c} * {s}" for c, s in zip(cs_, strides) if s and c != "0"] + [str(offset)])
-
-    def load(ptr, coords_, acc, dt):  # a masked lane load, or one element broadcast
-        at = linear(coords_, acc.strides, acc.offset)
-        if any(s for s in acc.strides):
-            return f"tl.load({ptr} + {at}, mask=live, other={ZERO[dt]})"
-        return f"tl.load({ptr} + {at})"
-    out_strides = c_strides(n.shape, 1)
-    oc = coords[:axis] + ["j"] + coords[axis + idx.ndim:]
-    lines = [
-        "@triton.jit",
-        f"def {name}(p0, p1, p2, err):",
-        f'    """index_add of {list(g.shape)} into {list(n.shape)} along axis {axis}: atomic adds',
-        f'    {parameter_line(names, [G.owner, I.owner, program.access[n].owner])}"""',
-        "    pid = tl.program_id(0)",
-        f"    i = pid * {block} + tl.arange(0, {block})",
-        f"    live = i < {total}",
-        f"    j = {load('p1', coords[axis:axis + idx.ndim], I, idx.dtype)}.to(tl.int64)",
-        f"    j = j % {size}",
-        f"    j = tl.where(j < 0, j + {size}, j)",
-        f"    x = {load('p0', coords, G, g.dtype)}",
-        f"    tl.atomic_add(p2 + {linear(oc, out_strides)}, x, mask=live)",
-    ]
-    return "\n".join(lines) + "\n", (-(-total // block),), [G.owner, I.owner, program.access[n].owner]
-
-
 class TritonCompiled:
     """A graph compiled to Triton kernels; call it with the graph's inputs (a flat list of arrays or tensors)."""
 
@@ -255,7 +208,7 @@ class TritonCompiled:
                     self.steps.append(("matmul", k, None))
                     continue
             elif k.kind == SCATTER:
-                made = scatter_source(p, k, name, names)
+                made = scatter.scatter_source(p, k, name, names)
                 if made is not None:
                     add(k, *made, 4)
                     continue
