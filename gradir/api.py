@@ -523,6 +523,20 @@ class Compiled:
         flat = a.flat if a.device_flat is None else a.device_flat
         return tree_unflatten(graph.out_tree, _finish(compiled(*flat), a))
 
+    def run_with_ready(self, *args, on_ready, **kwargs) -> list:
+        """Run on `args` as a call does, calling ``on_ready(position, array)`` for each flat output as soon as it
+        is final: during the run where the backend can say (the LLVM backend, between its kernels), else after
+        it. Returns the flat outputs. Data-parallel training starts each gradient bucket's all-reduce here."""
+        a = self._args(args, kwargs)
+        compiled = self._entry(a)[1]
+        flat = a.flat if a.device_flat is None else a.device_flat
+        if hasattr(compiled, "run_with_ready"):
+            return compiled.run_with_ready(flat, on_ready)
+        outs = list(compiled(*flat))
+        for pos, out in enumerate(outs):
+            on_ready(pos, out)
+        return outs
+
     def graph(self, *args, **kwargs) -> Graph:
         """The optimized graph this function runs for `args`' signature."""
         return self._entry(self._args(args, kwargs))[0]

@@ -39,7 +39,7 @@ LLVM backend reports each output as soon as it is final), each bucket's all-redu
 asynchronously as soon as its last gradient is ready (and every earlier bucket has been started), so
 communication runs while the rest of the backward pass computes; all handles are waited for after the
 backward. Otherwise every bucket is all-reduced after the backward. The decision sits in one function,
-`overlap_runner`; both paths do the same arithmetic in the same order and give identical bits.
+`overlaps`; both paths do the same arithmetic in the same order and give identical bits.
 
 Checkpoints. `dp.save_checkpoint` writes on rank 0 only, atomically (`gr.train.save_checkpoint`: a temporary
 file renamed into place), then waits at a barrier, so no rank runs ahead of a checkpoint that is not yet on
@@ -91,7 +91,7 @@ from gradir.optim import loss_and_grads
 from gradir.passes.buckets import BucketPlan, plan_buckets
 from gradir.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
-__all__ = ["DataParallel", "DistributedError", "ProcessInfo", "finish", "free_port", "init", "launch_local", "overlap_runner",
+__all__ = ["DataParallel", "DistributedError", "ProcessInfo", "finish", "free_port", "init", "launch_local", "overlaps",
            "tree_digest"]
 
 MESSAGE_BYTES = 512  # of a failing rank's error message, sent to every rank
@@ -249,13 +249,11 @@ def _as_torch(a: np.ndarray):
 # -- the overlap decision ----------------------------------------------------------------------------
 
 
-def overlap_runner(executable, overlap: bool):
-    """How this step's gradients reach the all-reduce, decided in one place: the program's
-    `run_with_ready(flat_args, on_ready)` (buckets launched during the backward, as their last gradient is
-    ready) when `overlap` is asked for and the backend offers it, else None (all-reduce after the backward)."""
-    if overlap:
-        return getattr(executable, "run_with_ready", None)
-    return None
+def overlaps(executable, overlap: bool) -> bool:
+    """Whether this step's buckets start during the backward, decided in one place: when `overlap` is asked for
+    and the backend can hand over each output as soon as it is final (`run_with_ready`: the LLVM backend);
+    otherwise every bucket is all-reduced after the backward."""
+    return overlap and hasattr(executable, "run_with_ready")
 
 
 class _Launcher:
@@ -476,13 +474,12 @@ class DataParallel:
         n = _count(shard)
         p_leaves, p_tree = tree_flatten(params)
         shapes = [tuple(np.shape(x)) for x in p_leaves]
-        executable = flat = None
+        executable = None
+        args = (params, state, *shard)
         error = None
         try:
             if n > 0:  # trace and compile now (where a Python error in the loss shows), before any collective waits
-                args = (params, state, *shard)
                 executable = self.gradients.executable(*args)
-                flat = api._prepare(self.gradients.fn, args).flat
         except Exception as e:  # noqa: BLE001 - announced to every rank, then raised here too
             error = e
         counts = self._exchange(n, error)
@@ -492,17 +489,17 @@ class DataParallel:
         weight = n / total
         grad_positions = list(range(1, 1 + len(p_leaves)))  # the outputs are (value, *grads)
         plan = self._plan_for(params, (params, state, *shard), counts, grad_positions)
-        runner = overlap_runner(executable, self.overlap) if executable is not None else None
+        overlapped = overlaps(executable, self.overlap)
         launcher = _Launcher(plan, grad_positions, shapes, weight, self.group, async_op=True)
         start = time.perf_counter()
         if n == 0:
             value = 0.0
             launcher.zeros()
         else:
-            if runner is not None:
-                outs = runner(flat, launcher.on_ready)
+            if overlapped:
+                outs = self.gradients.run_with_ready(*args, on_ready=launcher.on_ready)
             else:
-                outs = executable(*flat)
+                outs = tree_flatten(self.gradients(*args))[0]
             computed = time.perf_counter()  # the program (forward and backward) is done
             for leaf, pos in enumerate(grad_positions):  # whatever was not reported ready (or all, without overlap)
                 if leaf not in launcher.done:
@@ -518,7 +515,7 @@ class DataParallel:
         grads = launcher.grads(p_tree)
         self.last_grads = grads
         ms = lambda t: (t - start) * 1e3  # noqa: E731
-        self.last = {"counts": counts.tolist(), "N": total, "weight": weight, "overlapped": runner is not None,
+        self.last = {"counts": counts.tolist(), "N": total, "weight": weight, "overlapped": overlapped,
                      "launched_at": launcher.launched_at, "buckets": len(plan.buckets),
                      # when, from the start of this rank's forward, each bucket's all-reduce started, the program
                      # (forward and backward) ended, and every all-reduce had finished
