@@ -111,25 +111,8 @@ def gpt_batches(steps: int):
 
 
 def gpt_loss(p, tokens, targets):
-    """i_small_decoder's decoder and loss (its parameters, MLP and constants), with attention written for any
-    batch size: that example fixes its batch (BATCH = 2) in its reshapes, and here each rank's batch differs."""
-    dec = _load("i_small_decoder")
-    B, T, D, H, HD = tokens.shape[0], dec.T, dec.D, dec.HEADS, dec.HD
-
-    def attention(i, h):
-        q, k, v = (gr.swapaxes(gr.reshape(gr.nn.linear(h, p[f"b{i}.w{c}"], p[f"b{i}.b{c}"]), (B, T, H, HD)), 1, 2)
-                   for c in "qkv")
-        s = q @ gr.swapaxes(k, -1, -2) * (1.0 / HD ** 0.5)
-        s = gr.where(np.broadcast_to(dec.CAUSAL, s.shape), s, -np.inf)  # query i sees keys j <= i
-        o = gr.reshape(gr.swapaxes(gr.nn.softmax(s, axis=-1) @ v, 1, 2), (B, T, D))
-        return gr.nn.linear(o, p[f"b{i}.wo"], p[f"b{i}.bo"])
-
-    x = gr.nn.embedding(p["tok_emb"], tokens) + p["pos_emb"]
-    for i in range(dec.BLOCKS):
-        x = x + attention(i, gr.nn.layer_norm(x, p[f"b{i}.ln1_w"], p[f"b{i}.ln1_b"], eps=dec.EPS))
-        x = x + dec.mlp(p, i, gr.nn.layer_norm(x, p[f"b{i}.ln2_w"], p[f"b{i}.ln2_b"], eps=dec.EPS))
-    x = gr.nn.layer_norm(x, p["lnf_w"], p["lnf_b"], eps=dec.EPS)
-    return gr.nn.cross_entropy(x @ gr.transpose(p["tok_emb"]), targets)  # tied output projection
+    """i_small_decoder's loss: the mean next-token cross-entropy of its two-block decoder (any batch size)."""
+    return _load("i_small_decoder").loss_fn(p, tokens, targets)
 
 
 # -- the runs ----------------------------------------------------------------------------------------

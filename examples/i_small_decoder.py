@@ -82,7 +82,7 @@ CAUSAL = np.tril(np.ones((T, T), dtype=bool))  # query i sees keys j <= i
 
 def split_heads(x):
     """(B, T, D) -> (B, H, T, HD)."""
-    return gr.swapaxes(gr.reshape(x, (BATCH, T, HEADS, HD)), 1, 2)
+    return gr.swapaxes(gr.reshape(x, (x.shape[0], T, HEADS, HD)), 1, 2)  # any batch size
 
 
 def attention(p, i, h, causal=True):
@@ -92,7 +92,7 @@ def attention(p, i, h, causal=True):
     s = q @ gr.swapaxes(k, -1, -2) * (1.0 / math.sqrt(HD))
     if causal:
         s = gr.where(np.broadcast_to(CAUSAL, s.shape), s, -np.inf)  # exp(-inf) = 0: no weight on the future
-    o = gr.reshape(gr.swapaxes(gr.nn.softmax(s, axis=-1) @ v, 1, 2), (BATCH, T, D))
+    o = gr.reshape(gr.swapaxes(gr.nn.softmax(s, axis=-1) @ v, 1, 2), (h.shape[0], T, D))
     return gr.nn.linear(o, p[f"b{i}.wo"], p[f"b{i}.bo"])
 
 
@@ -129,13 +129,13 @@ def torch_loss_and_grads(params: dict, tokens, targets):
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
 
     def heads(y):
-        return y.reshape(BATCH, T, HEADS, HD).transpose(1, 2)
+        return y.reshape(y.shape[0], T, HEADS, HD).transpose(1, 2)
 
     for i in range(BLOCKS):
         h = F.layer_norm(x, (D,), p[f"b{i}.ln1_w"], p[f"b{i}.ln1_b"], eps=EPS)
         q, k, v = (heads(F.linear(h, p[f"b{i}.w{n}"], p[f"b{i}.b{n}"])) for n in "qkv")
         s = (q @ k.transpose(-1, -2) / math.sqrt(HD)).masked_fill(~mask, float("-inf"))
-        o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(BATCH, T, D)
+        o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(x.shape[0], T, D)
         x = x + F.linear(o, p[f"b{i}.wo"], p[f"b{i}.bo"])
         h = F.layer_norm(x, (D,), p[f"b{i}.ln2_w"], p[f"b{i}.ln2_b"], eps=EPS)
         x = x + F.linear(F.gelu(F.linear(h, p[f"b{i}.w1"], p[f"b{i}.b1"])), p[f"b{i}.w2"], p[f"b{i}.b2"])
