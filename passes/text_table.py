@@ -151,7 +151,7 @@ def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int 
     line = GAP.join(f"{{:{'>' if c.right else '<'}{w}}}" for c, w in live)
     dirty = [j for j, i in enumerate(kept) if multiline[i] or natural[i] > ws[i]]
     out = _join([_wrap(c.name, w) for c, w in live], live)
-    out.append(GAP.join("-" * w for _, w in live))
+    out.append(GAP.join(("-" if c.name else " ") * w for c, w in live).rstrip())  # no rule under an unnamed column
     for pos, k in enumerate(picked):
         if k is None:
             first, last = picked[pos - 1] + 1, picked[pos + 1] - 1
