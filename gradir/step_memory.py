@@ -79,7 +79,8 @@ def step_memory(loss, params, opt, *batch) -> StepMemory:
     state = opt.init(params)
     p_leaves, p_tree = tree_flatten(params)
     s_leaves = tree_flatten(state)[0]
-    per_parameter = {id(x) for x in _shaped_like(state, p_tree)}
+    kinds = [(np.shape(x), np.asarray(x).dtype) for x in p_leaves]
+    per_parameter = {id(x) for x in _shaped_like(state, p_tree, kinds)}
     graph = api.trace(step, params, state, *batch)
     p_in, s_in = graph.inputs[:len(p_leaves)], graph.inputs[len(p_leaves):len(p_leaves) + len(s_leaves)]
     grads = graph.outputs[len(graph.outputs) - len(p_leaves):]
@@ -107,16 +108,17 @@ def _low_precision_copies(graph, params) -> list:
             and dtypes.is_float(n.dtype) and n.dtype.itemsize < n.inputs[0].dtype.itemsize]
 
 
-def _shaped_like(tree, p_tree) -> list:
-    """The leaves of `tree`'s subtrees that have the parameters' structure (Adam's moments, a momentum
-    buffer): per-parameter state, as opposed to scalars such as the step count."""
+def _shaped_like(tree, p_tree, kinds) -> list:
+    """The leaves of `tree`'s subtrees that have the parameters' structure, shapes and dtypes (`kinds`; Adam's
+    moments, a momentum buffer): per-parameter state, as opposed to scalars such as the step count (which
+    has a bare array parameter's structure too)."""
     leaves, treedef = tree_flatten(tree)
-    if treedef == p_tree:
+    if treedef == p_tree and [(np.shape(x), np.asarray(x).dtype) for x in leaves] == kinds:
         return leaves
     if isinstance(tree, dict):
-        return [x for v in tree.values() for x in _shaped_like(v, p_tree)]
+        return [x for v in tree.values() for x in _shaped_like(v, p_tree, kinds)]
     if isinstance(tree, (list, tuple)):
-        return [x for v in tree for x in _shaped_like(v, p_tree)]
+        return [x for v in tree for x in _shaped_like(v, p_tree, kinds)]
     return []
 
 

@@ -51,3 +51,12 @@ def test_the_step_counter_is_listed_apart_from_the_per_parameter_state():
     report = gr.train.memory(loss, params, gr.optim.adam(1e-3), x, y)
     n, nbytes = report.categories["optimizer scalars"]
     assert n == 1 and nbytes == np.dtype(gr.optim.adam(1e-3).init(params)["step"].dtype).itemsize
+
+
+def test_a_bare_array_parameter_keeps_the_step_counter_apart():
+    # one parameter array (no dict): the 0-d step count has its pytree structure too, not its shape and dtype
+    w, x = np.ones((4, 3), np.float32), np.ones((2, 4), np.float32)
+    report = gr.train.memory(lambda w, x: gr.sum((x @ w) ** 2), w, gr.optim.adam(1e-3), x)
+    assert report.categories["optimizer state"] == (2, 2 * 48)  # Adam's two moments, 12 float32 each
+    assert report.categories["optimizer scalars"] == (1, 8)     # the int64 step count
+    assert report.bytes_per_parameter == 16.0
