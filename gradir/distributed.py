@@ -199,6 +199,8 @@ def launch_local(argv: list[str], world_size: int, *, timeout_s: float = 120, en
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
+            for q in procs:  # reap them and close their pipes
+                q.communicate()
             raise DistributedError(f"the {world_size} ranks of {' '.join(map(str, argv))} did not finish within "
                                    f"{timeout_s:g} s (killed)", op="distributed.launch_local") from None
         results.append((p.returncode, text or ""))

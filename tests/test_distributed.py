@@ -120,3 +120,18 @@ def test_a_rank_that_raises_stops_every_rank(tmp_path, scenario):
     else:  # rank 1 died: rank 0's next collective fails and says another rank failed
         assert "rank 1 crashed between steps" in results[1][1]
         assert "DistributedError" in results[0][1] and "another rank probably raised or exited" in results[0][1]
+
+
+def test_launch_local_reaps_the_ranks_it_kills_at_the_timeout(monkeypatch):
+    import subprocess
+
+    made = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    with pytest.raises(gr.distributed.DistributedError, match="did not finish"):
+        gr.distributed.launch_local(["-c", "import time; time.sleep(60)"], 2, timeout_s=1)
+    assert [p.returncode for p in made] == [-9, -9] and all(p.stdout.closed for p in made)  # no zombies, no open pipes
