@@ -22,6 +22,9 @@ State (a dict, saved and resumed by gr.train's checkpoints like any other): ``"l
 ``"good_steps"`` (finite steps since S last changed), ``"skipped"`` (steps skipped so far), both int64 0-d,
 and the wrapped optimizer's state under its name (``"adam"``).
 
+With the default init_scale of 65536 the first step of a loss computed wholly in float16 is skipped: the scale
+itself, the first cotangent, is beyond float16's 65504 (torch.amp.GradScaler does the same).
+
 Memory: next to float32 Adam's 4 + 4 + 8 = 16 bytes per parameter, the float16 copy of the weights the
 forward computes with adds 2: 18 (`gr.train.memory` lists it as "low-precision parameter copies").
 """

@@ -139,7 +139,11 @@ def _import_source(text: str, name: str):
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]  # a module that did not load is not handed out again
+        raise
     return module, str(path)
 
 
