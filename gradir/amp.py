@@ -61,7 +61,9 @@ def cast_floats(tree, dtype):
 def all_finite(tree):
     """A 0-d bool: no leaf of `tree` holds an inf or NaN. (max |x| < inf: NaN propagates through max and fails
     the ordered comparison.)"""
-    leaves, _ = tree_flatten(tree)
+    leaves = [x for x in tree_flatten(tree)[0] if np.size(x)]  # an empty leaf holds nothing to check
+    if not leaves:
+        return less(0.0, math.inf)
     return less(reduce(maximum, [max(abs(x)) for x in leaves]), math.inf)
 
 

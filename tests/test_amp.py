@@ -208,3 +208,5 @@ def test_isfinite_matches_numpy():
     np.testing.assert_array_equal(gr.isfinite(np.arange(3)), [True, True, True])
     assert bool(gr.amp.all_finite({"a": np.ones(3), "b": np.array([1.0, np.nan])})) is False
     assert bool(gr.amp.all_finite({"a": np.ones(3), "b": np.array([1.0, 1e300])})) is True
+    assert bool(gr.amp.all_finite({"a": np.ones((0, 3)), "b": np.array([np.inf])})) is False  # empty leaves skipped
+    assert bool(gr.amp.all_finite({"a": np.ones((0, 3))})) is True

@@ -116,7 +116,8 @@ def test_special_values_and_integer_ops_follow_numpy():
     x = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3.0])
     y = np.array([2.0, -3.0, 0.5, 0.0, 1.0, 2.0, 1.0, -2.0])
     f = lambda x, y: (gr.maximum(x, y), gr.minimum(x, y), gr.remainder(x, y), gr.sign(x), gr.relu(x),  # noqa: E731
-                      gr.tanh(x), gr.sigmoid(x), gr.expm1(x), x ** 2.0, gr.abs(y) ** x, gr.max(x), gr.isfinite(x))
+                      gr.tanh(x), gr.sigmoid(x), gr.expm1(x), x ** 2.0, gr.abs(y) ** x, x ** -3.0, x ** -2.0,
+                      gr.max(x), gr.isfinite(x))
     want, got = both(f, x, y)
     for w, g in zip(want, got):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-14, atol=1e-300, equal_nan=True)

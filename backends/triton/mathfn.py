@@ -43,5 +43,7 @@ def pow(x, y):
     odd = tl.where(integral, tl.floor(y * 0.5) * 2.0 != y, False)
     negative = tl.where(odd, -r, r)
     r = tl.where(x < 0, tl.where(integral, negative, float("nan")), r)
+    zero_to_negative = tl.where(odd, 1.0 / x, float("inf"))  # (-0)^-3 = -inf, as NumPy
+    r = tl.where(x == 0, tl.where(y < 0, zero_to_negative, r), r)  # (nested: the interpreter cannot & a scalar)
     r = tl.where(y == 0, 1.0, r)  # 0^0 = nan^0 = 1
     return tl.where(x == 1.0, 1.0, r)
