@@ -42,6 +42,7 @@ import numpy as np
 from gradir import dtypes
 from gradir.errors import ExecutionError, UnsupportedOpError
 from gradir.fileio import write_atomic
+from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.ir import Graph, Value
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, fuse, kernel_header
 from gradir.primitive import get_primitive
@@ -92,19 +93,10 @@ def torch_dtype(dt):
 
 def to_device(a, dt, device):
     """A contiguous torch tensor of `a` (NumPy array, number or torch tensor) with dtype `dt` on `device`."""
-
-    from gradir.interop import is_torch, numpy_to_torch
-
     if not is_torch(a):
         a = np.asarray(a)
         a = numpy_to_torch(a.astype(dt, copy=False))
     return a.to(device=device, dtype=torch_dtype(dt)).contiguous()
-
-
-def to_numpy(t) -> np.ndarray:
-    from gradir.interop import torch_to_numpy
-
-    return torch_to_numpy(t)
 
 
 def cache_dir() -> pathlib.Path:
@@ -351,7 +343,7 @@ class TritonCompiled:
             self._launch(bufs)
         if self.checks_errors and int(self.err.item()):
             self.err.zero_()
-            self._fail([to_numpy(t) for t in ins])
+            self._fail([torch_to_numpy(t) for t in ins])
         for pos, i in p.passthrough:
             outs[pos] = ins[i]
         for pos, earlier in p.output_copies:
@@ -422,7 +414,7 @@ class TritonCompiled:
                 return get_primitive(u.op).impl(operand(u.inputs[0]), **u.attrs)
             if u.op == "const" and u not in self.program.access and u not in self.program.immediates:
                 return u.attrs["value"]
-            return to_numpy(self._view(u, bufs))
+            return torch_to_numpy(self._view(u, bufs))
 
         for n in k.nodes:
             if n in k.copies:
