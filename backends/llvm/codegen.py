@@ -28,6 +28,7 @@ from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, FusedProgram, Kernel, in_kernel_value
 
+from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped
 from . import mathlib
 from .sharing import kernel_params, share
 
@@ -440,13 +441,8 @@ class LoopKernel(Emitter):
     def emit(self):
         k, b = self.k, self.b
         self.immediates = self.program.immediates
-        r = len(k.domain)
-        outer = k.outer if k.outer is not None else 0
-        # placements compute per-axis coordinates: their kernels keep one loop per (non-unit) axis
-        vectors = [[1] * r] if any(n.op in PLACEMENTS for n in k.nodes) else self.stride_vectors()
-        self.groups_outer = self.merge_axes(range(0, outer), vectors)
-        self.groups_inner = self.merge_axes(range(outer, r), vectors)
-        self.coords: dict[int, ir.Value] = {}   # merged group leader -> loop index
+        self.plan = LoopPlan.nest(self.program, k)
+        self.counters: dict[int, ir.Value] = {}  # loop position -> its counter, while the code at hand is inside it
         self.acc_slots = {n: b.alloca(COMPUTE[n.dtype], name=f"acc{i}") for i, n in enumerate(k.nodes)
                           if n.op in REDUCTIONS or n.op in ("argmax", "argmin")}
         # a float max/min in registers: NaN propagates through a flag (llvm.maximum reductions do not vectorize)
@@ -456,97 +452,55 @@ class LoopKernel(Emitter):
         for n in k.nodes:  # memory accumulators start at the reduction's identity (in node order: a set's
             if n in k.accumulated:  # order would change the IR text, and so the disk cache's key, run to run)
                 self.fill(n, reduction_identity(n.op, n.dtype))
-        loops = [self.loop_begin(size, f"o{g[0]}") for g, size in self.groups_outer]
-        for (g, _), lp in zip(self.groups_outer, loops):
-            self.coords[g[0]] = lp.index
+        loops = self.open_loops(outer=True)
         self.rows: dict[Value, ir.Value] = {}
         self.emit_rows(0)
         for p in range(k.num_passes):
             self.emit_pass(p)
             self.emit_rows(p + 1)
-        for lp in reversed(loops):
-            self.loop_end(lp)
+        self.close_loops(loops)
         self.finish()
 
-    # axes that every access walks contiguously merge into one loop (fewer, longer, vectorizable loops)
-    def merge_axes(self, axes, vectors) -> list[tuple[list[int], int]]:
-        """(axes, trip count) per loop: neighbouring axes every access in `vectors` walks contiguously."""
-        groups: list[list[int]] = []
-        for d in axes:
-            if groups:
-                last = groups[-1][-1]
-                if all(v[last] == v[d] * self.k.domain[d] for v in vectors):
-                    groups[-1].append(d)
-                    continue
-            groups.append([d])
-        return [(g, math.prod(self.k.domain[d] for d in g)) for g in groups]
+    def open_loops(self, outer: bool) -> list[_Loop]:
+        """Open the plan's outer (row) or inner loops, outermost first."""
+        opened = []
+        for j, lp in enumerate(self.plan.loops):
+            if lp.outer == outer:
+                opened.append((j, self.loop_begin(lp.size, f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}")))
+                self.counters[j] = opened[-1][1].index
+        return opened
 
-    def stride_vectors(self) -> list[list[int]]:
-        """Per memory access of the kernel, its element stride along each domain axis."""
-        k, r = self.k, len(self.k.domain)
-        out = []
-        for n in k.nodes:
-            m = k.maps[n]
-            if n in k.stored or n in k.accumulated:
-                strides = c_strides(k.domain, 1) if n in k.copies else self.mapped(c_strides(n.shape, 1), m, r)
-                out.append(strides)
-            for u, um in self.buffer_reads(n):
-                if u in self.program.access:
-                    out.append(self.mapped(self.program.access[u].strides, um, r))
-            if n.op == "take":
-                x, axis = n.inputs[0], n.attrs["axis"]
-                acc = self.program.access[x]
-                idx_nd = n.inputs[1].ndim
-                xs = list(acc.strides[:axis]) + [0] * idx_nd + list(acc.strides[axis + 1:])
-                out.append(self.mapped(xs, m, r))
-        if any(n.op in ("argmax", "argmin") for n in k.nodes):
-            out.append(c_strides(k.domain, 1))
-        return out
+    def close_loops(self, opened) -> None:
+        for j, lp in reversed(opened):
+            self.loop_end(lp)
+            del self.counters[j]
 
-    @staticmethod
-    def mapped(strides, m, r) -> list[int]:
-        v = [0] * r
-        for s, d in zip(strides, m):
-            if d is not None:
-                v[d] += s
-        return v
+    def term(self, t: Term) -> ir.Value:
+        """One address term of the plan: (counter // div) % mod * stride."""
+        b = self.b
+        v = self.counters[t.loop]
+        if t.div != 1:
+            v = b.udiv(v, ir.Constant(I64, t.div))
+        if t.mod is not None:
+            v = b.urem(v, ir.Constant(I64, t.mod))
+        return v if t.stride == 1 else b.mul(v, ir.Constant(I64, t.stride), flags=["nsw"])
 
     def buffer_reads(self, n: Value):
         """(operand, axis map) for each operand n reads from memory."""
-        k = self.k
-        if n in k.copies:
-            return [(k.copies[n], tuple(range(len(k.domain))))]
-        m = k.maps[n]
-        if n.op == "take":
-            axis, idx = n.attrs["axis"], n.inputs[1]
-            pairs = [(idx, m[axis:axis + idx.ndim])]
-        elif n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
-            pairs = [(n.inputs[0], tuple(range(len(k.domain))))]
-        else:
-            pairs = [(u, m) for u in n.inputs]
-        return [(u, um) for u, um in pairs if self.is_buffer_read(u)]
-
-    def is_buffer_read(self, u: Value) -> bool:
-        if self.literal(u):
-            return False
-        return self.producer(u) is None
+        return buffer_reads(self.program, self.k, n)
 
     def literal(self, u: Value) -> bool:
-        """Whether u is a constant written into the code (a 0-d constant, or a view of one, no kernel
-        reads from memory; fusion gives the ones loop kernels read an access, so kernels share code)."""
-        return (u in self.immediates or u.op == "const" and not u.ndim) and u not in self.program.access
+        return is_literal(self.program, u)
 
     def producer(self, u: Value) -> Value | None:
         return in_kernel_value(self.k, u)
 
     def index(self, strides_by_domain: list[int], offset: int = 0) -> ir.Value:
-        """offset + sum of loop index * stride over merged groups (each group's stride is its last axis's)."""
+        """offset + the plan's address terms for these strides, over the loops the code at hand is inside."""
         b, total = self.b, None
-        for g, _ in self.groups_outer + self.groups_inner:
-            s = strides_by_domain[g[-1]]
-            if s and g[0] in self.coords:  # a group's loop runs while the code at hand is inside it
-                term = self.coords[g[0]] if s == 1 else b.mul(self.coords[g[0]], ir.Constant(I64, s), flags=["nsw"])
-                total = term if total is None else b.add(total, term, flags=["nsw"])
+        for t in self.plan.terms(strides_by_domain, self.counters):
+            term = self.term(t)
+            total = term if total is None else b.add(total, term, flags=["nsw"])
         if total is None:
             return ir.Constant(I64, offset)
         return b.add(total, ir.Constant(I64, offset), flags=["nsw"]) if offset else total
@@ -566,13 +520,13 @@ class LoopKernel(Emitter):
         p = self.producer(u)
         if p is None:
             acc = self.program.access[u]
-            return self.load_at(acc.owner, self.index(self.mapped(acc.strides, want, len(self.k.domain)), acc.offset),
+            return self.load_at(acc.owner, self.index(mapped(acc.strides, want, len(self.k.domain)), acc.offset),
                                 u.dtype)
         if p in self.rows:
             return self.rows[p]
         k = self.k
         if self.stored_earlier(p):  # read it back (from cache) rather than compute it again
-            at = self.index(self.mapped(c_strides(p.shape, 1), k.maps[p], len(k.domain)))
+            at = self.index(mapped(c_strides(p.shape, 1), k.maps[p], len(k.domain)))
             return self.load_at(self.program.access[p].owner, at, p.dtype)
         return self.compute(p, memo)
 
@@ -632,14 +586,16 @@ class LoopKernel(Emitter):
         acc = self.program.access[x]
         xm = tuple(m[:axis]) + tuple(m[axis + idx.ndim:])
         rest = list(acc.strides[:axis]) + list(acc.strides[axis + 1:])
-        base = self.index(self.mapped(rest, xm, len(k.domain)), acc.offset)
+        base = self.index(mapped(rest, xm, len(k.domain)), acc.offset)
         at = b.add(base, b.mul(i, ir.Constant(I64, acc.strides[axis])))
         return self.load_at(acc.owner, at, x.dtype)
 
     # -- pad, concatenate, update_slice: each element is one operand element (or a fill value), chosen
     # -- branch-free; the loads read a clamped, always valid position
     def coords_of(self, n: Value) -> list[ir.Value]:
-        return [self.coords[d] if d is not None else ir.Constant(I64, 0) for d in self.k.maps[n]]
+        """n's coordinate along each of its axes (a size-1 axis is always at 0)."""
+        terms = [self.plan.coordinate(d) for d in self.k.maps[n]]
+        return [ir.Constant(I64, 0) if t is None else self.term(t) for t in terms]
 
     def load_coords(self, u: Value, coords: list[ir.Value]) -> ir.Value:
         if self.literal(u):
@@ -717,7 +673,7 @@ class LoopKernel(Emitter):
 
     def store_value(self, n: Value, v: ir.Value) -> None:
         k = self.k
-        strides = c_strides(k.domain, 1) if n in k.copies else self.mapped(c_strides(n.shape, 1), k.maps[n], len(k.domain))
+        strides = c_strides(k.domain, 1) if n in k.copies else mapped(c_strides(n.shape, 1), k.maps[n], len(k.domain))
         self.store_at(self.program.access[n].owner, self.index(list(strides)), v, n.dtype)
 
     # -- row values: computed once per outer index, between passes
@@ -752,9 +708,7 @@ class LoopKernel(Emitter):
     def emit_pass(self, p: int) -> None:
         k = self.k
         self.pass_index = p
-        loops = [self.loop_begin(size, f"p{p}i{g[0]}") for g, size in self.groups_inner]
-        for (g, _), lp in zip(self.groups_inner, loops):
-            self.coords[g[0]] = lp.index
+        loops = self.open_loops(outer=False)
         memo: dict = {}
         full = tuple(range(len(k.domain)))
         for n in k.nodes:
@@ -767,10 +721,7 @@ class LoopKernel(Emitter):
                 self.arg_step(n, self.value(n.inputs[0], full, memo))
             elif n in k.stored:
                 self.store_value(n, self.compute(n, memo))
-        for lp in reversed(loops):
-            self.loop_end(lp)
-        for g, _ in self.groups_inner:
-            self.coords.pop(g[0], None)
+        self.close_loops(loops)
 
     def combine(self, op: str, dt, acc, x):
         b = self.b
@@ -789,7 +740,7 @@ class LoopKernel(Emitter):
             x = self.convert(x, xd, n.dtype)
         if n in self.k.accumulated:
             acc = self.program.access[n]
-            at = self.index(self.mapped(c_strides(n.shape, 1), self.k.maps[n], len(self.k.domain)))
+            at = self.index(mapped(c_strides(n.shape, 1), self.k.maps[n], len(self.k.domain)))
             old = self.load_at(acc.owner, at, n.dtype)
             self.store_at(acc.owner, at, self.combine(n.op, n.dtype, old, x), n.dtype)
         elif n in self.nan_slots:  # maxnum lanes plus an any-NaN flag: both vectorize as reductions

@@ -39,6 +39,8 @@ from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import ARG_REDUCTIONS, ELEMENTWISE, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
 from gradir.passes.report import value_names
 
+from ..loops import LoopPlan, Term, mapped
+
 MAX_ROW = 4096        # inner elements a row kernel keeps in registers (one block); longer rows are chunked
 CHUNK = 1024          # the block of chunked rows
 FLAT_BLOCK = 1024     # the most points of a flat kernel one program takes
@@ -130,6 +132,11 @@ def _or(x: str, y: str) -> str:
     return f"tl.where({x}, True, {y})"
 
 
+def nan_lanes(x: str) -> str:
+    """The live lanes where x is NaN (a block even where x is one value for the whole row)."""
+    return _and("live", f"({x} != {x})")
+
+
 def coordinate(base: str, div: int, size: int, total: int) -> str:
     """Axis coordinate `(base // div) % size` of a flat index below `total`, without the parts that do nothing."""
     c = base if div == 1 else f"({base} // {div})"
@@ -148,15 +155,6 @@ def parameter_line(names: dict, owners: list[Value]) -> str:
     return ", ".join(f"p{j}: {names.get(o, o.op)}" for j, o in enumerate(owners))
 
 
-def mapped(strides, m, r: int) -> list[int]:
-    """A value's strides (per its axes) as strides per domain axis, through its axis map `m`."""
-    v = [0] * r
-    for s, d in zip(strides, m):
-        if d is not None:
-            v[d] += s
-    return v
-
-
 class LoopSource:
     """Renders one loop kernel (see the module docstring); `text` is the function, `params` the buffers
     it takes (owners of stored values, in order), `grid` and `meta` how the host launches it."""
@@ -172,6 +170,7 @@ class LoopSource:
         self.row: dict[Value, str] = {}      # row values computed so far (scalars)
         r = len(k.domain)
         self.r = r
+        self.plan = LoopPlan.blocks(k)
         self.outer = k.outer if k.outer is not None else 0
         inner = math.prod(k.domain[self.outer:])
         self.inner_size = inner
@@ -201,29 +200,16 @@ class LoopSource:
         return f"v{self.pos[n]}"
 
     # -- indices
+    def term(self, t: Term) -> str:
+        """A plan term: the outer counter is the program id, the inner one the lane index."""
+        base = "pid" if self.plan.loops[t.loop].outer else "i"
+        c = base if t.div == 1 else f"({base} // {t.div})"
+        c = c if t.mod is None else f"({c} % {t.mod})"
+        return c if t.stride == 1 else f"{c} * {t.stride}"
+
     def index(self, strides: list[int], offset: int = 0) -> str:
-        """offset + sum of coordinate * stride, coordinates from the program id (outer axes) and the
-        lane index (inner axes); neighbouring axes walked contiguously are one term."""
-        k = self.k
-        terms = []
-        for lo, hi, base in ((0, self.outer, "pid"), (self.outer, self.r, "i")):
-            if self.form == "flat" and base == "pid":
-                continue
-            sizes = k.domain[lo:hi]
-            cs = c_strides(sizes, 1)
-            total = math.prod(sizes)
-            d = lo
-            while d < hi:
-                if strides[d] == 0 or k.domain[d] == 1:
-                    d += 1
-                    continue
-                e = d  # extend the group while the stride is contiguous with the next axis
-                while e + 1 < hi and strides[e] == strides[e + 1] * k.domain[e + 1] and k.domain[e + 1] != 1:
-                    e += 1
-                coord = coordinate(base, cs[e - lo], math.prod(k.domain[d:e + 1]), total)
-                s = strides[e]
-                terms.append(coord if s == 1 else f"{coord} * {s}")
-                d = e + 1
+        """offset + sum of coordinate * stride, one term per run of axes the access walks contiguously."""
+        terms = [self.term(t) for t in self.plan.terms(strides)]
         if offset or not terms:
             terms.append(str(offset))
         return " + ".join(terms)
@@ -231,13 +217,11 @@ class LoopSource:
     def lanes(self, strides: list[int]) -> bool:
         """Whether an access with these domain strides differs between the lanes of a program (flat: any axis;
         rows: the inner axes); one that does not is a scalar load or store."""
-        start = 0 if self.form == "flat" else self.outer
-        return any(strides[d] and self.k.domain[d] > 1 for d in range(start, self.r))
+        return self.plan.moves(strides, outer=False)
 
     def is_vector(self, n: Value) -> bool:
         """Whether in-kernel value n differs between lanes (row values are scalars in row kernels)."""
-        start = 0 if self.form == "flat" else self.outer
-        return any(d is not None and d >= start and self.k.domain[d] > 1 for d in self.k.maps[n])
+        return self.plan.runs_along(self.k.maps[n], outer=False)
 
     def varies(self, u: Value, want: tuple) -> bool:
         """Whether operand u (read with axis map `want`) differs between lanes."""
@@ -410,7 +394,7 @@ class LoopSource:
         i = self.value(idx, m[axis:axis + idx.ndim], memo)
         size = x.shape[axis]
         j = f"g{self.pos[n]}"
-        self.emit(f"{j} = ({i}).to(tl.int64)")
+        self.emit(f"{j} = tl.full([], {i}, tl.int64)" if self.literal_value(idx) is not None else f"{j} = ({i}).to(tl.int64)")
         self.emit(f"{j} = tl.where({j} < 0, {j} + {size}, {j})")
         self.flag(f"(({j} < 0) | ({j} >= {size}))", n, self.varies(idx, m[axis:axis + idx.ndim]))
         self.emit(f"{j} = tl.where(({j} < 0) | ({j} >= {size}), 0, {j})")
@@ -429,42 +413,60 @@ class LoopSource:
             bad = f"({bad} & ({i} != {ignore}))"
         self.flag(bad, n, self.varies(n.inputs[0], self.k.maps[n]))
 
-    # -- pad, concatenate, update_slice: per-axis coordinates, masked loads
-    def coords(self, n: Value) -> list[str]:
-        out = []
-        for d in self.k.maps[n]:
-            if d is None:
-                out.append("0")
-                continue
-            strides = [0] * self.r
-            strides[d] = 1
-            out.append(f"({self.index(strides)})")
+    # -- pad, concatenate, update_slice: per-axis coordinates, masked loads. A coordinate is an int where it is
+    # -- known when rendering (a size-1 axis is at 0), so conditions on it fold away; else (text, varies by lane)
+    def coords(self, n: Value) -> list:
+        """n's coordinate along each of its axes: 0 for a size-1 axis, else (text, whether it differs by lane)."""
+        terms = [self.plan.coordinate(d) for d in self.k.maps[n]]
+        return [0 if t is None else (f"({self.term(t)})", not self.plan.loops[t.loop].outer) for t in terms]
+
+    def load_where(self, inside, u: Value, coords: list, otherwise: str, vector: bool) -> str:
+        """u at `coords` where `inside` (a condition, or True/False when known), else `otherwise`; `vector`:
+        whether the result is a block (then the load is one too, whatever its address)."""
+        if inside is False:
+            return otherwise
+        lit = self.literal_value(u)
+        acc = None if lit is not None else self.program.access[u]
+        if acc is not None:
+            parts = [(c * s, False) if isinstance(c, int) else (f"{c[0]} * {s}", c[1])
+                     for c, s in zip(coords, acc.strides) if s]
+            at = " + ".join([str(t) for t, _ in parts] + [str(acc.offset)])
+            ptr = f"{self.param(acc.owner)} + {at}"
+            if vector and not any(lanes for _, lanes in parts):
+                ptr += " + i * 0"  # one element for every lane: a block of pointers, as the mask is a block
+            mask = ("live" if inside is True else _and(inside, "live")) if vector else \
+                (None if inside is True else inside)
+            lit = f"tl.load({ptr}{'' if mask is None else f', mask={mask}, other={ZERO[u.dtype]}'})"
+            lit += ".to(tl.float32)" if u.dtype in STORAGE else ""
+        return lit if inside is True else f"tl.where({inside}, {lit}, {otherwise})"
+
+    @staticmethod
+    def strided(c, start: int, step: int, count: int):
+        """(inside, k): whether coordinate c is start + k*step for some 0 <= k < count, and k."""
+        if isinstance(c, int):
+            t = c - start
+            return 0 <= t < count * step - step + 1 and t % step == 0, t // step
+        text, lanes = c
+        t = f"({text} - {start})"
+        k = t if step == 1 else f"({t} // {step})"
+        inside = f"(({t} >= 0) & ({t} < {count * step - step + 1}))" if count else False
+        if step != 1 and count:
+            inside = _and(inside, f"({t} % {step} == 0)")
+        return inside, (k, lanes)
+
+    @staticmethod
+    def all_of(parts: list):
+        """The conjunction of conditions (True/False where known when rendering)."""
+        if any(p is False for p in parts):
+            return False
+        out = True
+        for p in parts:
+            if p is not True:
+                out = p if out is True else _and(out, p)
         return out
 
-    def load_where(self, inside: str, u: Value, coords: list[str], otherwise: str) -> str:
-        lit = self.literal_value(u)
-        if lit is not None:
-            return f"tl.where({inside}, {lit}, {otherwise})"
-        acc = self.program.access[u]
-        terms = [f"{c} * {s}" for c, s in zip(coords, acc.strides) if s]
-        at = " + ".join(terms + [str(acc.offset)])
-        if terms:  # positions outside u are masked off, never read
-            text = f"tl.load({self.param(acc.owner)} + {at}, mask=({inside}) & live, other={ZERO[u.dtype]})"
-        else:  # u is one element broadcast
-            text = f"tl.load({self.param(acc.owner)} + {at})"
-        text += ".to(tl.float32)" if u.dtype in STORAGE else ""
-        return f"tl.where({inside}, {text}, {otherwise})"
-
-    def strided(self, c: str, start: int, step: int, count: int) -> tuple[str, str]:
-        t = f"({c} - {start})"
-        k = t if step == 1 else f"({t} // {step})"
-        inside = f"(({t} >= 0) & ({t} < {count * step - step + 1}))" if count else "False"
-        if step != 1:
-            inside = f"({inside} & ({t} % {step} == 0))"
-        return inside, k
-
     def place(self, n: Value, memo) -> str:
-        a, c = n.attrs, self.coords(n)
+        a, c, vector = n.attrs, self.coords(n), self.is_vector(n)
         if n.op == "pad":
             x = n.inputs[0]
             parts, at = [], []
@@ -472,14 +474,13 @@ class LoopSource:
                 ok, k = self.strided(ci, lo, inter + 1, size)
                 parts.append(ok)
                 at.append(k)
-            return self.load_where(" & ".join(parts) or "True", x, at, literal(a["value"], n.dtype))
+            return self.load_where(self.all_of(parts), x, at, literal(a["value"], n.dtype), vector)
         if n.op == "concatenate":
             axis, offset, value = a["axis"], 0, literal(0, n.dtype)
             for x in n.inputs:
                 size = x.shape[axis]
-                ok = f"(({c[axis]} >= {offset}) & ({c[axis]} < {offset + size}))"
-                at = c[:axis] + [f"({c[axis]} - {offset})"] + c[axis + 1:]
-                value = self.load_where(ok, x, at, value)
+                ok, k = self.strided(c[axis], offset, 1, size)
+                value = self.load_where(ok, x, c[:axis] + [k] + c[axis + 1:], value, vector)
                 offset += size
             return value
         x, v = n.inputs  # update_slice
@@ -488,7 +489,7 @@ class LoopSource:
             ok, k = self.strided(ci, start, step, len(range(start, stop, step)))
             parts.append(ok)
             at.append(k)
-        return self.load_where(" & ".join(parts) or "True", v, at, self.value(x, self.k.maps[n], memo))
+        return self.load_where(self.all_of(parts), v, at, self.value(x, self.k.maps[n], memo), vector)
 
     # -- stores and reductions
     def store(self, n: Value, text: str) -> None:
@@ -523,7 +524,7 @@ class LoopSource:
         f = "tl.max" if n.op == "max" else "tl.min"
         text = f"{f}(tl.where(live, {x}, {identity(n.op, dt)}), axis=0)"
         if is_float(dt):
-            text = f"tl.where(tl.sum(tl.where(live & ({x} != {x}), 1, 0), axis=0) > 0, float('nan'), {text})"
+            text = f"tl.where(tl.sum(tl.where({nan_lanes(x)}, 1, 0), axis=0) > 0, float('nan'), {text})"
         return text
 
     def arg_vector(self, n: Value, x: str) -> str:
@@ -531,10 +532,10 @@ class LoopSource:
         big = self.inner_size
         f = "tl.max" if n.op == "argmax" else "tl.min"
         ext = f"{f}(tl.where(live, {x}, {identity(n.op, n.inputs[0].dtype)}), axis=0)"
-        first = f"tl.min(tl.where(live & ({x} == e{self.pos[n]}), i, {big}), axis=0)"
+        first = f"tl.min(tl.where({_and('live', f'({x} == e{self.pos[n]})')}, i, {big}), axis=0)"
         self.emit(f"e{self.pos[n]} = {ext}")
         if is_float(n.inputs[0].dtype):
-            nan = f"tl.min(tl.where(live & ({x} != {x}), i, {big}), axis=0)"
+            nan = f"tl.min(tl.where({nan_lanes(x)}, i, {big}), axis=0)"
             return f"tl.where({nan} < {big}, {nan}, {first}).to(tl.int64)"
         return f"({first}).to(tl.int64)"
 
@@ -655,7 +656,7 @@ class LoopSource:
                     f = "tl.maximum" if n.op == "max" else "tl.minimum"
                     self.emit(f"{a} = {f}({a}, tl.where(live, {x}, {identity(n.op, n.dtype)}))")
                     if is_float(n.dtype):
-                        self.emit(f"nan{self.pos[n]} += tl.where(live & ({x} != {x}), 1, 0)")
+                        self.emit(f"nan{self.pos[n]} += tl.where({nan_lanes(x)}, 1, 0)")
             elif n in k.stored:
                 self.store(n, self.compute(n, memo))
         self.depth -= 1
