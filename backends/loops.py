@@ -62,10 +62,8 @@ class LoopPlan:
         self.loops = loops
         self.place: dict[int, tuple[int, int, int | None]] = {}  # axis -> (loop, div, mod)
         for j, lp in enumerate(loops):
-            div = lp.size
             for pos, d in enumerate(lp.axes):
-                div //= domain[d]
-                self.place[d] = (j, div, None if pos == 0 else domain[d])
+                self.place[d] = (j, math.prod(domain[e] for e in lp.axes[pos + 1:]), None if pos == 0 else domain[d])
 
     @classmethod
     def nest(cls, program: FusedProgram, k: Kernel) -> LoopPlan:
