@@ -21,8 +21,11 @@ address: ``offset + sum((counter // div) % mod * stride)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
+from gradir.errors import GradirError, LoweringError
 from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import ARG_REDUCTIONS, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
@@ -181,4 +184,18 @@ def stride_vectors(program: FusedProgram, k: Kernel) -> list[list[int]]:
     return out
 
 
-__all__ = ["Loop", "LoopPlan", "Term", "buffer_reads", "is_literal", "mapped", "stride_vectors"]
+@contextmanager
+def lowering(backend: str, k: Kernel, at: list | None = None) -> Iterator[None]:
+    """Turn a renderer's own failure on kernel k into a LoweringError naming the op being lowered (`at[0]`
+    where the renderer records it, else the kernel's first node) and its source line."""
+    try:
+        yield
+    except GradirError:
+        raise
+    except Exception as e:
+        n = at[0] if at else k.nodes[0]
+        raise LoweringError(f"the {backend} backend failed on kernel {k.name} ({len(k.nodes)} nodes): "
+                            f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
+
+
+__all__ = ["Loop", "LoopPlan", "Term", "buffer_reads", "is_literal", "lowering", "mapped", "stride_vectors"]

@@ -55,6 +55,11 @@ class ExecutionError(GradirError, RuntimeError):
     """An op failed while running (e.g. an index out of range that was only known at run time)."""
 
 
+class LoweringError(GradirError, RuntimeError):
+    """A compiled backend failed to lower (or to build) a kernel: a gradir bug to report, named by the kernel's op
+    and the user's source line rather than left as the backend's own traceback."""
+
+
 class ModelFileError(GradirError):
     """A model file given to the CLI is missing or does not follow the convention."""
 

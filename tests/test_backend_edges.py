@@ -82,3 +82,21 @@ def test_plan_gives_size1_axes_no_loop_and_merges_only_contiguous_axes():
     assert len(plan.terms([3, 0, 1])) == 1           # contiguous across the size-1 axis: one term
     assert len(plan.terms([1, 0, 4])) == 2           # transposed: a term per axis, with div and mod
     assert plan.terms([0, 7, 0]) == []               # moves only along the size-1 axis: no term at all
+
+
+@pytest.mark.parametrize("backend, module, method", [("llvm", "gradir.backends.llvm.codegen", "LoopKernel"),
+                                                     ("triton", "gradir.backends.triton.codegen", "LoopSource")])
+def test_a_renderer_failure_is_a_located_gradir_error(backend, module, method, monkeypatch):
+    """A renderer's own bug surfaces as a LoweringError naming the op it was lowering and the user's line."""
+    import importlib
+
+    if backend == "triton" and triton_missing():
+        pytest.skip(triton_missing())
+    from gradir.errors import LoweringError
+
+    def broken(self, n, memo):
+        raise KeyError(1)
+
+    monkeypatch.setattr(getattr(importlib.import_module(module), method), "gather", broken)
+    with pytest.raises(LoweringError, match=r"take: .*KeyError.*test_backend_edges.py:\d+"):
+        gr.compile(lambda x: gr.take(x, np.array([1, 0])) * 2.0, backend=backend)(np.ones(3))

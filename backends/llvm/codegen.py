@@ -28,7 +28,7 @@ from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, FusedProgram, Kernel, in_kernel_value
 
-from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped
+from ..loops import LoopPlan, Term, buffer_reads, is_literal, lowering, mapped
 from . import mathlib
 from .sharing import kernel_params, share
 
@@ -99,7 +99,9 @@ class ModuleBuilder:
         for a in fn.args:
             a.add_attribute("noalias")
         emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel}[k.kind]
-        emit(self, k, fn, dict(zip(params, fn.args))).emit()
+        emitter = emit(self, k, fn, dict(zip(params, fn.args)))
+        with lowering("LLVM", k, emitter.at):
+            emitter.emit()
         return fn
 
     def table(self, kernels: list[Kernel]) -> np.ndarray:
@@ -191,6 +193,7 @@ class Emitter:
         self.b = ir.IRBuilder(self.entry)
         self.err = self.b.alloca(I32, name="err")
         self.b.store(ir.Constant(I32, 0), self.err)
+        self.at: list[Value] = []  # the node being emitted (named by a LoweringError)
 
     # -- memory
     def element_ptr(self, owner: Value, index: ir.Value):
@@ -557,6 +560,7 @@ class LoopKernel(Emitter):
         """n, its in-kernel operands being computed already (in memo) or readable."""
         k = self.k
         m = k.maps[n]
+        self.at[:] = [n]
         if n in k.copies:
             v = self.value(k.copies[n], tuple(range(len(k.domain))), memo)
         elif n.op == "take":

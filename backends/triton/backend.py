@@ -47,6 +47,7 @@ from gradir.ir import Graph, Value
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, fuse, kernel_header
 from gradir.primitive import get_primitive
 
+from ..loops import lowering
 from . import gemm, scatter
 from .codegen import (
     LoopSource,
@@ -192,7 +193,8 @@ class TritonCompiled:
             if k.kind == LOOP:
                 why = unrendered(p, k)
                 if why is None:
-                    ls = LoopSource(p, k, name, names)
+                    with lowering("Triton", k):
+                        ls = LoopSource(p, k, name, names)
                     add(k, ls.text, (ls.grid,), ls.params, ls.num_warps)
                     continue
             elif k.kind == MATMUL:
@@ -315,13 +317,14 @@ class TritonCompiled:
                     bufs[p.access[n].owner].zero_()
                 name, grid, params, warps = launch
                 fn = getattr(self.module, name)
-                if interpreting():  # NumPy computes the masked-off lanes too (on zeros): no warnings from them
-                    with np.errstate(all="ignore"):
+                with lowering("Triton", k):  # the first launch compiles the kernel
+                    if interpreting():  # NumPy computes the masked-off lanes too (on zeros): no warnings from them
+                        with np.errstate(all="ignore"):
+                            fn[grid](*[bufs[o] for o in params], self.err)
+                    elif autotuning():  # the autotuner picks the warps
                         fn[grid](*[bufs[o] for o in params], self.err)
-                elif autotuning():  # the autotuner picks the warps
-                    fn[grid](*[bufs[o] for o in params], self.err)
-                else:
-                    fn[grid](*[bufs[o] for o in params], self.err, num_warps=warps)
+                    else:
+                        fn[grid](*[bufs[o] for o in params], self.err, num_warps=warps)
             elif kind == "matmul":
                 self._matmul(k, bufs)
             else:
