@@ -65,3 +65,41 @@ def test_hugging_face_gpt2_traces_and_its_gradients_match_torch(attention):
     grads = gr.grad(lambda p, *xs: gr.sum(f(p, *xs)["logits"] * weights.numpy()))(params, *arrays)
     for name, p in model.named_parameters():
         np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def _tiny(name: str):
+    """Three architectures whose shapes once crashed the LLVM backend (issue 19): one key/value head shared by
+    every query head (GPT-BigCode's multi-query attention, Gemma's single KV head) and MobileNetV2 padding
+    the 1x1 maps its last blocks make of a 32x32 image."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(3))
+    if name == "gpt_bigcode":
+        cfg = transformers.GPTBigCodeConfig(vocab_size=VOCAB, n_positions=16, n_embd=32, n_layer=1, n_head=4,
+                                            multi_query=True, use_cache=False, bos_token_id=0, eos_token_id=0)
+        return transformers.GPTBigCodeForCausalLM(cfg), ids
+    if name == "gemma":
+        cfg = transformers.GemmaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=4, num_key_value_heads=1, head_dim=8, use_cache=False)
+        return transformers.GemmaForCausalLM(cfg), ids
+    cfg = transformers.MobileNetV2Config(num_channels=3, image_size=32, depth_multiplier=0.25, num_labels=3)
+    image = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    return transformers.MobileNetV2ForImageClassification(cfg), image
+
+
+@pytest.mark.parametrize("name", ["gpt_bigcode", "gemma", "mobilenet_v2"])
+def test_shared_kv_heads_and_padded_1x1_maps_compile_and_match_torch(name):
+    model, x = _tiny(name)
+    model = model.double().eval()
+    x = x.double() if x.is_floating_point() else x
+    f, params = gr.from_torch(model, x)
+    ref = model(x).logits
+    weights = torch.randn(ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (ref * weights).sum().backward()
+    loss = lambda p, xs: gr.sum(f(p, xs)["logits"] * weights.numpy())
+    grads = gr.compile(gr.grad(loss), backend="llvm")(params, x.numpy())
+    reference = gr.compile(gr.grad(loss), backend="numpy")(params, x.numpy())
+    # Gemma's RMSNorm computes in float32 even in a float64 model (and LLVM sums float32 rows in another order)
+    rtol, atol = (1e-4, 1e-6) if name == "gemma" else (1e-9, 1e-12)
+    for pname, p in model.named_parameters():
+        np.testing.assert_allclose(grads[pname], reference[pname], rtol=rtol, atol=atol, err_msg=pname)
+        np.testing.assert_allclose(grads[pname], p.grad.numpy(), rtol=rtol, atol=atol, err_msg=pname)
