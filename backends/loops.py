@@ -156,6 +156,12 @@ def buffer_reads(program: FusedProgram, k: Kernel, n: Value) -> list[tuple[Value
     return [(u, um) for u, um in pairs if not is_literal(program, u) and in_kernel_value(k, u) is None]
 
 
+def stored_earlier(k: Kernel, p: Value, pass_index: int) -> bool:
+    """Whether inner value p was stored by a pass of the current row before `pass_index` (a later pass that
+    needs it reads it back, from cache, rather than computing it again)."""
+    return p in k.stored and p not in k.copies and p not in k.row_after and k.passes.get(p, 0) < pass_index
+
+
 def is_literal(program: FusedProgram, u: Value) -> bool:
     """Whether u is a constant a renderer may write into the code (a 0-d constant, or a view of one, that no
     kernel reads from memory: fusion gives the ones loop kernels read an access, so LLVM kernels share code)."""
@@ -198,4 +204,5 @@ def lowering(backend: str, k: Kernel, at: list | None = None) -> Iterator[None]:
                             f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
 
 
-__all__ = ["Loop", "LoopPlan", "Term", "buffer_reads", "is_literal", "lowering", "mapped", "stride_vectors"]
+__all__ = ["Loop", "LoopPlan", "Term", "buffer_reads", "is_literal", "lowering", "mapped", "stored_earlier",
+           "stride_vectors"]

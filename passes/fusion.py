@@ -75,7 +75,8 @@ _NO_MAP: Mapping = MappingProxyType({})  # kernel otherwise, and a 100k-node pro
 class Kernel:
     """One kernel: the graph nodes it computes, and for loops, the domain and each value's axis map.
 
-    `maps[v]` gives, per axis of value v, the domain axis it runs along (None for a size-1 axis).
+    `maps[v]` gives, per axis of value v, the domain axis it runs along (None for a size-1 axis it
+    broadcasts from; the loop planner, backends/loops.py, gives size-1 domain axes no loop).
     `outer` is the number of outer domain axes once a row reduction fixed it (None: no row
     reduction, the whole domain is one pass). `passes[v]` is the pass an inner value is computed
     in; row values get `row_after[v]`, the number of passes that must finish before them.

@@ -28,7 +28,7 @@ from gradir.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import LOOP, MATMUL, NUMPY, PLACEMENTS, REDUCTIONS, SCATTER, FusedProgram, Kernel, in_kernel_value
 
-from ..loops import LoopPlan, Term, buffer_reads, is_literal, lowering, mapped
+from ..loops import LoopPlan, Term, buffer_reads, is_literal, lowering, mapped, stored_earlier
 from . import mathlib
 from .sharing import kernel_params, share
 
@@ -534,9 +534,7 @@ class LoopKernel(Emitter):
         return self.compute(p, memo)
 
     def stored_earlier(self, p: Value) -> bool:
-        """Whether inner value p was stored by an earlier pass of the current row."""
-        k = self.k
-        return p in k.stored and p not in k.copies and p not in k.row_after and k.passes.get(p, 0) < self.pass_index
+        return stored_earlier(self.k, p, self.pass_index)
 
     def compute(self, n: Value, memo: dict) -> ir.Value:
         """n at the current loop point, its in-kernel operands first (in dependency order, without

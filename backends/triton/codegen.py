@@ -39,7 +39,7 @@ from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import ARG_REDUCTIONS, ELEMENTWISE, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
 from gradir.passes.report import value_names
 
-from ..loops import LoopPlan, Term, mapped
+from ..loops import LoopPlan, Term, mapped, stored_earlier
 
 MAX_ROW = 4096        # inner elements a row kernel keeps in registers (one block); longer rows are chunked
 CHUNK = 1024          # the block of chunked rows
@@ -273,9 +273,8 @@ class LoopSource:
         return self.compute(p, memo)
 
     def stored_earlier(self, p: Value) -> bool:
-        k = self.k
-        return (self.form == "chunked" and p in k.stored and p not in k.copies and p not in k.row_after
-                and k.passes.get(p, 0) < self.pass_index)
+        # a row in registers keeps every inner value of the row: only chunks read stored ones back
+        return self.form == "chunked" and stored_earlier(self.k, p, self.pass_index)
 
     def compute(self, n: Value, memo: dict) -> str:
         """n's variable, emitting its in-kernel operands first (in dependency order, without recursion)."""
