@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from gradir import dtypes
-from gradir.errors import DTypeError, GradirError, ShapeError, UnsupportedOpError
+from gradir.errors import AxisError, DTypeError, GradirError, ShapeError, UnsupportedOpError
 from gradir.ir import Graph, Value
 from gradir.ops import (
     arange,
@@ -38,7 +38,6 @@ from gradir.ops import (
     matmul,
     max,
     maximum,
-    minimum,
     multiply,
     not_equal,
     one_hot,
@@ -133,9 +132,14 @@ def _choice(op: str, name: str, value, allowed):
 
 def _shifted(x, axis, op):
     """x minus its (non-differentiated) max along `axis`, for stability; an empty axis has no max and
-    needs no shift (the result is empty, as torch's)."""
-    (a,) = normalize_axes(axis, x.ndim, op)
-    return x if x.shape[a] == 0 else x - stop_gradient(max(x, a, keepdims=True))
+    needs no shift (the result is empty, as torch's). A 0-d x (axis 0 or -1) is its own max, so its
+    softmax is 1 and its log_softmax 0, as torch's."""
+    axes = normalize_axes(axis, x.ndim, op)  # () for a 0-d x
+    if len(axes) > 1:
+        raise AxisError(f"needs one axis, got {axis!r}", op=op, source=user_source())
+    if x.ndim == 0:
+        return x - stop_gradient(x)
+    return x if x.shape[axes[0]] == 0 else x - stop_gradient(max(x, axes, keepdims=True))
 
 
 def softmax(x, axis=-1):
@@ -181,8 +185,10 @@ def leaky_relu(x, negative_slope=0.01):
 def elu(x, alpha=1.0):
     """x where x > 0, alpha * (exp(x) - 1) elsewhere."""
     x = lift(x)
-    # expm1 of min(x, 0): the unselected branch must not overflow (an inf there turns its zero cotangent into nan)
-    return where(greater(x, 0.0), x, alpha * expm1(minimum(x, 0.0)))
+    pos = greater(x, 0.0)
+    # expm1 of x where x <= 0, else of 0: the unselected branch must not overflow (an inf there turns its zero
+    # cotangent into nan). A where, not minimum(x, 0), whose tie at x = 0 would halve torch's gradient alpha there
+    return where(pos, x, alpha * expm1(where(pos, 0.0, x)))
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
@@ -555,10 +561,13 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
         raise ShapeError(f"needs an (N, C, ...) input with C divisible by num_groups={num_groups}, got shape "
                          f"{tuple(x.shape)}", op="group_norm", source=user_source())
     n, c = x.shape[:2]
-    g = reshape(x, (n, num_groups, -1))
-    m = g.shape[2]
-    d = g - sum(g, 2, keepdims=True) * (1.0 / m)
-    y = reshape(d * rsqrt(sum(d * d, 2, keepdims=True) * (1.0 / m) + eps), x.shape)
+    m = c // num_groups * math.prod(x.shape[2:])  # explicit, not -1: an empty batch (N = 0) leaves -1 open
+    g = reshape(x, (n, num_groups, m))
+    if g.size == 0:  # nothing to normalise (torch: an empty result; the parameters' gradients are zero)
+        y = x
+    else:
+        d = g - sum(g, 2, keepdims=True) * (1.0 / m)
+        y = reshape(d * rsqrt(sum(d * d, 2, keepdims=True) * (1.0 / m) + eps), x.shape)
     keep = (1, c) + (1,) * (x.ndim - 2)
     if weight is not None:
         y = y * _reshape_param(weight, keep, "group_norm", "weight")
@@ -576,9 +585,20 @@ def linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
-def embedding(weight, indices):
-    """Rows of `weight` (num_embeddings, dim) at integer `indices`: take(weight, indices, axis=0)."""
-    return take(weight, indices, axis=0)
+def embedding(weight, indices, padding_idx=None):
+    """Rows of `weight` (num_embeddings, dim) at integer `indices`: take(weight, indices, axis=0).
+    Positions whose index is `padding_idx` (negative counts from the end) pass no gradient to that row,
+    as torch.nn.functional.embedding; the value is unchanged."""
+    weight, indices = lift(weight), lift(indices)
+    rows = take(weight, indices, axis=0)
+    if padding_idx is None:
+        return rows
+    n = weight.shape[0]
+    if not isinstance(padding_idx, (int, np.integer)) or not -n <= padding_idx < n:
+        raise ShapeError(f"padding_idx={padding_idx!r} must be an int in [-{n}, {n})", op="embedding",
+                         source=user_source())
+    live = expand_dims(not_equal(indices, int(padding_idx) % n), -1)
+    return where(live, rows, stop_gradient(rows))
 
 
 def dropout(x, p=0.5, seed=0, training=True):

@@ -117,8 +117,11 @@ def _pow(x, y):
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     if scale == 1 and input_scale == 1:
         return gnn.elu(x, alpha)
-    neg = gr.multiply(gr.expm1(gr.multiply(x, input_scale)), alpha)  # selu/celu's scaled forms
-    return gr.multiply(gr.where(gr.greater(x, 0), x, neg), scale)
+    pos = gr.greater(x, 0)
+    # selu/celu's scaled forms; expm1 sees 0 where x > 0, so the unselected branch cannot overflow to inf
+    # (whose zero cotangent would make the gradient nan), as in gr.nn.elu
+    neg = gr.multiply(gr.expm1(gr.multiply(gr.where(pos, 0.0, x), input_scale)), alpha)
+    return gr.multiply(gr.where(pos, x, neg), scale)
 
 
 def _fmod(x, y):
@@ -139,7 +142,8 @@ ELEMENTWISE = {
     "sqrt": gr.sqrt, "rsqrt": gr.rsqrt, "abs": gr.abs, "sign": gr.sign, "erf": gr.erf, "sigmoid": gr.sigmoid,
     "relu": gr.relu, "reciprocal": lambda x: gr.divide(1.0, x), "square": gr.square,
     "pow": _pow, "maximum": gr.maximum, "minimum": gr.minimum, "remainder": gr.remainder, "fmod": _fmod,
-    "clamp": _clamp, "clamp_min": lambda x, m: gr.maximum(x, m), "clamp_max": lambda x, m: gr.minimum(x, m),
+    "clamp": _clamp, "clamp_min": lambda x, m: gr.clip(x, m, None),
+    "clamp_max": lambda x, m: gr.clip(x, None, m),  # clip, not maximum/minimum: those split ties, torch's clamp does not
     "hardtanh": lambda x, lo=-1.0, hi=1.0: gnn.hardtanh(x, lo, hi), "where": _where,
     "eq": gr.equal, "ne": gr.not_equal, "lt": gr.less, "le": gr.less_equal, "gt": gr.greater, "ge": gr.greater_equal,
     "logical_and": gr.logical_and, "logical_or": gr.logical_or, "logical_not": gr.logical_not,
@@ -147,6 +151,8 @@ ELEMENTWISE = {
     "isnan": lambda x: gr.not_equal(x, x), "isinf": lambda x: gr.equal(gr.abs(x), math.inf),
     "gelu": lambda x, approximate="none": gnn.gelu(x, approximate),
     "silu": gnn.silu, "softplus": gnn.softplus, "leaky_relu": gnn.leaky_relu, "elu": _elu,
+    "selu": lambda x: _elu(x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946),
+    "celu": lambda x, alpha=1.0: _elu(x, alpha, 1.0, 1.0 / alpha),
     "log1p": gr.log1p, "expm1": gr.expm1, "tan": gr.tan, "floor": gr.floor, "ceil": gr.ceil, "trunc": _trunc,
     "round": lambda x, decimals=0: gr.round(x, decimals),
     "log2": lambda x: gr.divide(gr.log(x), math.log(2.0)), "log10": lambda x: gr.divide(gr.log(x), math.log(10.0)),
@@ -539,12 +545,21 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     return _bn_eval(x, weight, bias, running_mean, running_var, eps)
 
 
+def _spatial(v, k):
+    """ATen's per-axis convolution parameter for k spatial axes: a list of one entry means that entry on every
+    axis (nn.Conv2d(padding="valid") records padding [0])."""
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    return v * k if len(v) == 1 else v
+
+
 def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    geometry = {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": groups}
+    k = _ndim(x) - 2
+    stride, padding, dilation, output_padding = (_spatial(v, k) for v in (stride, padding, dilation, output_padding))
+    geometry = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
     if transposed:
         if _ndim(x) != 4:
             _unsupported("convolution", f"{_ndim(x) - 2}-d transposed convolution has no mapping (2-d does)")
-        return gnn.conv_transpose2d(x, w, b, output_padding=tuple(output_padding), **geometry)
+        return gnn.conv_transpose2d(x, w, b, output_padding=output_padding, **geometry)
     if _ndim(x) == 3:
         return gnn.conv1d(x, w, b, **{k: v[0] if isinstance(v, tuple) else v for k, v in geometry.items()})
     if _ndim(x) != 4:
@@ -591,10 +606,18 @@ def _fused_rms_norm(x, normalized_shape, weight=None, eps=None):
 _REDUCTION = ("none", "mean", "sum")  # ATen's reduction enum
 
 
+def _embedding(w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """aten.embedding: padding_idx -1 means none (nn.Embedding passes a negative one already counted from
+    the end); that row gets no gradient. sparse only changes torch's gradient layout."""
+    if scale_grad_by_freq:
+        _unsupported("embedding", "scale_grad_by_freq=True has no mapping")
+    return gnn.embedding(w, idx, None if padding_idx < 0 else padding_idx)
+
+
 def _group_norm(x, weight, bias, n, c, hw, group, eps):
     """native_group_norm -> (out, mean, rstd); mean and rstd per (sample, group)."""
     def stats(i):
-        g = gr.reshape(x, (n, group, -1))
+        g = gr.reshape(x, (n, group, c // group * hw))  # not -1, which an empty batch (n = 0) leaves open
         return [lambda: gr.mean(g, 2), lambda: gr.rsqrt(gr.add(gr.var(g, 2), eps))][i]()
     return Multi(lambda: gnn.group_norm(x, group, weight, bias, eps), lambda: stats(0), lambda: stats(1))
 
@@ -681,7 +704,7 @@ NN = {
         gnn.binary_cross_entropy(x, y, weight, reduction=_REDUCTION[reduction]),
     "binary_cross_entropy_with_logits": lambda x, y, weight=None, pos_weight=None, reduction=1:
         gnn.binary_cross_entropy_with_logits(x, y, weight, reduction=_REDUCTION[reduction], pos_weight=pos_weight),
-    "embedding": lambda w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False: gnn.embedding(w, idx),
+    "embedding": _embedding,
     "nll_loss_forward": _nll_loss_forward, "cross_entropy_loss": _cross_entropy,
     "scaled_dot_product_attention": _sdpa,
     "native_dropout": _Dropout(), "dropout": _PlainDropout(),

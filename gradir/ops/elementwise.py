@@ -327,27 +327,41 @@ def clip(x, min=None, max=None):
 
     Gradients follow torch's convention: x receives the cotangent where min <= x <= max (both
     boundaries included), min where x < min < max, and max where x > max or max < min (where
-    max < min the result is max, as torch)."""
+    max < min the result is max, as torch). A NaN in x or in a bound gives NaN there, as torch."""
     if min is None and max is None:
         raise DTypeError("needs at least one of min and max", op="clip", source=user_source())
     present = [b for b in (min, max) if b is not None]
     x, *bounds = lift_all(x, *present, op="clip")
     lo = bounds.pop(0) if min is not None else None
     hi = bounds.pop(0) if max is not None else None
-    if hi is None:
-        return where(x < lo, lo, x)  # torch: x's cotangent where x >= min, min's where x < min
-    if lo is None:
-        return where(x > hi, hi, x)
     clo, chi = concrete(lo), concrete(hi)
-    if clo is not None and chi is not None and np.all(clo < chi):
+    # a bound known to hold no NaN: absent, not floating, or a constant without one
+    lo_ok = lo is None or not dtypes.is_inexact(lo.dtype) or (clo is not None and not np.isnan(clo).any())
+    hi_ok = hi is None or not dtypes.is_inexact(hi.dtype) or (chi is not None and not np.isnan(chi).any())
+    if hi is None and lo_ok:
+        return where(x < lo, lo, x)  # torch: x's cotangent where x >= min, min's where x < min
+    if lo is None and hi_ok:
+        return where(x > hi, hi, x)
+    if clo is not None and chi is not None and lo_ok and hi_ok and np.all(clo < chi):
         return where(x < lo, lo, where(x > hi, hi, x))  # the common case: constant bounds in order
-    # general bounds: three disjoint masks give torch's cotangents; what none covers (min == max > x,
-    # or a NaN x) takes its value from a non-differentiated clip, which torch gives no cotangent either
+    # general bounds: disjoint masks give torch's cotangents; what none covers (a NaN in x or a bound, or
+    # min == max > x) takes its value from a non-differentiated clip, as NumPy's (NaN propagates), which
+    # torch gives no cotangent either
+    if hi is None:
+        return where(x >= lo, x, where(x < lo, lo, stop_gradient(maximum(x, lo))))
+    if lo is None:
+        return where(x <= hi, x, where(x > hi, hi, stop_gradient(minimum(x, hi))))
     take_x = logical_and(x >= lo, x <= hi)
     take_hi = logical_or(x > hi, hi < lo)
     take_lo = logical_and(x < lo, lo < hi)
     rest = stop_gradient(minimum(maximum(x, lo), hi))
-    return where(take_x, x, where(take_hi, hi, where(take_lo, lo, rest)))
+    # max taken with a NaN min (x > max) or a NaN x (max < min): torch's value is NaN there, while max still
+    # receives the cotangent
+    hi_value = hi
+    if dtypes.is_inexact(hi.dtype):
+        nan_in = not_equal(x, x) if lo_ok else logical_or(not_equal(x, x), not_equal(lo, lo))
+        hi_value = where(nan_in, hi + math.nan, hi)
+    return where(take_x, x, where(take_hi, hi_value, where(take_lo, lo, rest)))
 
 
 clamp = clip

@@ -158,7 +158,8 @@ def elementwise_operands(*xs, op: str):
 
 
 def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
-    """`axis` (None, int or tuple, negatives allowed) as a sorted tuple of non-negative axes."""
+    """`axis` (None, int or tuple, negatives allowed) as a sorted tuple of non-negative axes. A 0-d value
+    takes axis 0 or -1 and gives () (as NumPy's and torch's reductions: torch.sum(scalar, dim=-1))."""
     if axis is None:
         return tuple(range(ndim))
     if type(axis) is int and ndim:  # one int axis: the common case (transpose, swapaxes, concatenate)
@@ -171,12 +172,22 @@ def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
     for a in axes:
         if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
             raise AxisError(f"axis must be an int or a tuple of ints, got {a!r}", op=op, source=user_source())
-        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+        if not -max(ndim, 1) <= a < max(ndim, 1):
             raise AxisError(f"axis {a} is out of range for a {ndim}-d value", op=op, source=user_source())
         out.append(int(a) % max(ndim, 1))
     if len(set(out)) != len(out):
         raise AxisError(f"repeated axis in {axis}", op=op, source=user_source())
     return tuple(sorted(out)) if ndim else ()
+
+
+def normalize_axis(axis, ndim: int, op: str) -> int:
+    """One int `axis` of a value with at least one dimension, as a non-negative int (ops that move
+    elements along an axis have none on a 0-d value: an AxisError, not the () normalize_axes gives)."""
+    if ndim == 0:
+        raise AxisError(f"axis {axis!r} needs a value of at least 1 dimension, got a 0-d value", op=op,
+                        source=user_source())
+    (a,) = normalize_axes(axis if isinstance(axis, (int, np.integer)) else (axis,), ndim, op)
+    return a
 
 
 def concrete(x):

@@ -7,7 +7,7 @@ import math
 
 from gradir import dtypes
 from gradir.errors import AxisError, ShapeError, UnsupportedOpError
-from gradir.ops.elementwise import _float_like, equal, exp, log, stop_gradient, where
+from gradir.ops.elementwise import _float_like, equal, exp, log, not_equal, stop_gradient, where
 from gradir.ops.elementwise import abs as abs_
 from gradir.ops.lifting import astype, lift, normalize_axes
 from gradir.ops.shapes import broadcast_to, expand_dims, reshape, squeeze
@@ -232,12 +232,13 @@ def cumsum(x, axis=None):
 # -- norm ------------------------------------------------------------------------------------------
 def _safe_root(s, p):
     """s ** (1/p) whose derivative at s = 0 is 0, not inf (then 0 * inf = nan): torch's norms give a
-    zero gradient at x = 0. The root is taken of 1 there and the result replaced by 0."""
+    zero gradient at x = 0. The root is taken of 1 there and the result replaced by 0 ** (1/p): 0,
+    or inf for p < 0 (where s = 0 only when every |x| is inf)."""
     from gradir.ops.elementwise import sqrt
 
     zero = equal(s, 0)
     safe = where(zero, 1.0, s)
-    return where(zero, 0.0, sqrt(safe) if p == 2 else safe ** (1.0 / p))
+    return where(zero, 0.0 if p > 0 else math.inf, sqrt(safe) if p == 2 else safe ** (1.0 / p))
 
 
 def norm(x, ord=2, axis=None, keepdims=False):
@@ -261,4 +262,11 @@ def norm(x, ord=2, axis=None, keepdims=False):
         return sum(a, axes, keepdims)
     if ord == 2:
         return _safe_root(sum(a * a, axes, keepdims), 2)
+    if ord < 1:
+        # |x| ** p for p < 1 has an infinite derivative at x = 0 (and is inf for p < 0), which abs's zero
+        # cotangent there turns into nan: raise 1 instead and put 0 ** p back. The gradient at 0 is then 0
+        # (for p < 0 the sum is inf, the norm 0 and every gradient 0), as torch's
+        nz = not_equal(a, 0)
+        powered = where(nz, where(nz, a, 1.0) ** float(ord), 0.0 if ord > 0 else math.inf)
+        return _safe_root(sum(powered, axes, keepdims), ord)
     return _safe_root(sum(a ** float(ord), axes, keepdims), ord)

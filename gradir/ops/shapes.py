@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from gradir.errors import ShapeError
-from gradir.ops.lifting import lift, lift_all, normalize_axes
+from gradir.ops.lifting import lift, lift_all, normalize_axes, normalize_axis
 from gradir.primitive import Primitive, register
 from gradir.trace import bind, user_source
 
@@ -86,8 +86,12 @@ def transpose(x, axes=None):
 
 
 def swapaxes(x, a, b):
-    """numpy.swapaxes."""
+    """numpy.swapaxes; a 0-d value (axes 0 or -1) is returned as it is, as torch.swapaxes."""
     x = lift(x)
+    if x.ndim == 0:
+        for i in (a, b):
+            normalize_axes(i, 0, "swapaxes")  # checks each axis is 0 or -1
+        return x
     a, b = (normalize_axes(i, x.ndim, "swapaxes")[0] for i in (a, b))
     perm = list(range(x.ndim))
     perm[a], perm[b] = perm[b], perm[a]
@@ -260,7 +264,7 @@ def stack(xs, axis=0):
 def split(x, indices_or_sections, axis=0):
     """numpy.split: a number of equal sections or a list of split points."""
     x = lift(x)
-    axis = normalize_axes(axis, x.ndim, "split")[0]
+    axis = normalize_axis(axis, x.ndim, "split")
     n = x.shape[axis]
     if isinstance(indices_or_sections, (int, np.integer)):
         if indices_or_sections < 1 or n % indices_or_sections:
@@ -310,7 +314,7 @@ def roll(x, shift, axis=None):
     if len(shifts) != len(axes):
         raise ShapeError(f"{len(shifts)} shifts for {len(axes)} axes", op="roll", source=user_source())
     for s, a in zip(shifts, axes):
-        (a,) = normalize_axes(a, x.ndim, "roll")
+        a = normalize_axis(a, x.ndim, "roll")
         n = x.shape[a]
         s = int(s) % n if n else 0
         if s:
@@ -340,7 +344,7 @@ def repeat(x, repeats, axis=None):
     x = lift(x)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
-    (axis,) = normalize_axes(axis, x.ndim, "repeat")
+    axis = normalize_axis(axis, x.ndim, "repeat")
     n = x.shape[axis]
     if isinstance(repeats, (int, np.integer)):
         r = int(repeats)
