@@ -755,6 +755,10 @@ def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
                 else:
                     checks.gradcheck(t.fn, *args, argnums=t.argnums, modes=("rev", "fwd") if forward_mode else ("rev",))
             except checks.GradcheckError as e:
+                low = np.asarray(t.fn(*args)).dtype  # every coordinate "fails" where differences drown in rounding
+                if dtypes.is_float(low) and np.finfo(low).eps > np.finfo(np.float64).eps:
+                    raise CLIError(f"{file}: {t.fn.__name__} returns {low} even given float64 arguments (a cast "
+                                   "inside it?): central differences at that precision cannot judge a gradient") from None
                 raise CLIError(f"{file}: gradcheck failed: {e}", EXIT_FAILED) from None
     except CLIError as e:
         _fail(e)

@@ -11,6 +11,7 @@ path (`blocks.0.attn.qkv.weight`), so reports and diagrams name parameters as th
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from types import ModuleType
 
@@ -63,7 +64,20 @@ def loss_function(module: ModuleType, net):
                               f"{len(inputs)} value(s)")
     loss_of, params = capture_with_loss(net, inputs, loss, k)
     loss_of.__name__ = "loss" if loss is not None else "model"
+    # what inspect.unwrap finds: errors about loss_of (gradcheck's, the CLI's) then name a line of the
+    # model file, not of gradir's with_loss.py
+    loss_of.__wrapped__ = _in_file(module, loss, net.forward) or module.model
     return loss_of, params, inputs
+
+
+def _in_file(module: ModuleType, *fns):
+    """The first of `fns` whose code is in the model file (a Sequential's forward is torch's, not the user's)."""
+    where = os.path.abspath(getattr(module, "__file__", None) or "")
+    for fn in fns:
+        code = getattr(fn, "__code__", None)
+        if code is not None and os.path.abspath(code.co_filename) == where:
+            return fn
+    return None
 
 
 __all__ = ["TorchModelError", "loss_function", "torch_module"]

@@ -55,7 +55,9 @@ during a step (tracing or compiling the loss, a bad batch) is caught, announced 
 the count all-reduce, and every rank raises a `DistributedError` naming the rank and its error (the
 failing rank chains its original exception). A rank that dies (or raises outside `dp.step`) closes its
 connections: the others' next collective fails at once ("Connection closed by peer") or at the timeout,
-and is re-raised as a `DistributedError` that says another rank failed.
+and is re-raised as a `DistributedError` that says another rank failed. A rank closes its process group
+before it raises a `DistributedError` (so it exits with that Python error, not an abort in gloo's threads);
+its collectives are over.
 
 Launch. One machine, N processes:
 
@@ -219,8 +221,23 @@ def _peer_error(what: str, e: BaseException) -> DistributedError:
     _, dist = _torch()
     rank = dist.get_rank() if dist.is_initialized() else "?"
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return DistributedError(f"rank {rank}: {what} failed: another rank probably raised or exited (its own error says "
-                            f"why), or the process group's timeout passed. torch said: {first}", op="distributed")
+    return _closing(DistributedError(f"rank {rank}: {what} failed: another rank probably raised or exited (its own "
+                                     f"error says why), or the process group's timeout passed. torch said: {first}",
+                                     op="distributed"))
+
+
+def _closing(error: DistributedError) -> DistributedError:
+    """`error`, once the process group is closed (as finish() closes it, without the barrier: the ranks are
+    already stopping). A rank that raises it then exits with an ordinary Python error; with the group still
+    open its exit could abort in gloo's threads (SIGABRT, "terminate called without an active exception")
+    after printing the error. Its collectives are over: init() again to start another group."""
+    _, dist = _torch()
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - a group whose peers are gone may not close cleanly; `error` is the news
+            pass
+    return error
 
 
 def _wait(what: str, handle) -> None:
@@ -406,8 +423,8 @@ class DataParallel:
         t[rank] = key
         _collective(f"comparing {what} across ranks", dist.all_reduce, t, group=self.group)
         if len(set(t.tolist())) != 1:
-            raise DistributedError(f"the ranks passed different {what} (digests by rank: {t.tolist()})",
-                                   op="distributed")
+            raise _closing(DistributedError(f"the ranks passed different {what} (digests by rank: {t.tolist()})",
+                                            op="distributed"))
 
     def broadcast(self, tree, src: int = 0):
         """`tree` as rank `src` has it, on every rank (the same structure, shapes and dtypes are required)."""
@@ -447,8 +464,8 @@ class DataParallel:
             _collective("all-reduce of the error messages", dist.all_reduce, msg, group=self.group)
             texts = [bytes(msg[r].numpy()).rstrip(b"\0").decode(errors="replace") for r in failed]
             why = "; ".join(f"rank {r} raised {m}" for r, m in zip(failed, texts))
-            raise DistributedError(f"data-parallel step failed on rank(s) {failed} (rank {rank} stops too): {why}",
-                                   op="distributed.step") from error
+            raise _closing(DistributedError(f"data-parallel step failed on rank(s) {failed} (rank {rank} stops too): "
+                                            f"{why}", op="distributed.step")) from error
         return table[:, 0].copy()
 
     def _plan_for(self, params, graph_args, counts: np.ndarray, grad_positions: list[int]) -> BucketPlan:
@@ -487,7 +504,7 @@ class DataParallel:
         counts = self._exchange(n, error)
         total = int(counts.sum())
         if total == 0:
-            raise DistributedError("no rank holds any example in this step", op="distributed.step")
+            raise _closing(DistributedError("no rank holds any example in this step", op="distributed.step"))
         weight = n / total
         grad_positions = list(range(1, 1 + len(p_leaves)))  # the outputs are (value, *grads)
         plan = self._plan_for(params, (params, state, *shard), counts, grad_positions)

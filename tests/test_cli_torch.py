@@ -109,3 +109,48 @@ def test_the_diagrams_of_a_torch_model_cluster_by_module(tmp_path):
         assert (tmp_path / f"loss.backward.{region}.dot").exists(), region
     block = (tmp_path / "loss.backward.blocks.0.dot").read_text()
     assert all(f"cluster_sblocks.0.{m}" in block for m in ("attn", "ln1", "ln2", "mlp"))
+
+
+MLP32 = textwrap.dedent("""
+    import torch.nn.functional as F
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.ln, self.fc2 = torch.nn.Linear(6, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.fc2(F.gelu(self.ln(self.fc1(x))))
+
+    def model():
+        torch.manual_seed(0)
+        return MLP()  # float32, torch's default
+
+    def example_inputs():
+        g = torch.Generator().manual_seed(1)
+        return torch.randn(5, 6, generator=g), torch.randn(5, 3, generator=g)
+
+    """)
+
+
+def test_check_takes_a_float32_torch_model_in_float64_and_still_finds_a_wrong_gradient(tmp_path):
+    """In float32 every coordinate "failed" (the differences drowned in rounding): the check casts params and
+    inputs to float64, and from_torch computes in the arguments' dtype."""
+    path = _model_file(tmp_path, MLP32 + "def loss(out, y):\n    return ((out - y) ** 2).mean()\n")
+    done = runner.invoke(app, ["check", path])
+    assert done.exit_code == 0, done.output
+    assert "195 coordinates of params agree" in done.stdout and "(float64)" in done.stdout
+    # detach hides half of the true gradient (what torch autograd would compute too): the check must fail,
+    # and name the model file's loss, not gradir's own with_loss.py
+    path = _model_file(tmp_path, MLP32 + "def loss(out, y):\n    d = out - y\n    return (d.detach() * d).mean()\n")
+    line = pathlib.Path(path).read_text().splitlines().index("def loss(out, y):") + 1
+    done = runner.invoke(app, ["check", path])
+    assert done.exit_code == 1, done.output
+    assert "gradcheck failed" in done.stderr and f"model.py:{line}" in done.stderr, done.stderr
+    assert "with_loss.py" not in done.stderr
+
+
+def test_check_refuses_a_model_that_computes_in_float32_whatever_its_arguments(tmp_path):
+    path = _model_file(tmp_path, MLP32 + "def loss(out, y):\n    return ((out - y) ** 2).mean().float()\n")
+    done = runner.invoke(app, ["check", path])
+    assert done.exit_code == 2 and "returns float32 even given float64 arguments" in done.stderr, done.output

@@ -208,27 +208,37 @@ def test_f_xor_training_figures(f):
         # converged, or stuck with saturated outputs of the wrong sign: 4 per wrong example
         assert L < 1e-2 or min(abs(L - 4.0), abs(L - 8.0)) < 0.2, (s, L)
     assert x["stuck"] == [s for s, L in finals.items() if L >= 1.0] and 1 <= x["n_stuck"] <= 9
-    assert x["adam_seed0"]["gd_final"] >= 1.0 and x["adam_seed0"]["final"] < 1e-3  # Adam rescues a stuck seed
+    # Adam converges on seed 0 (whether gradient descent sticks there is rounding's call: see below)
+    assert x["adam_seed0"]["gd_final"] == finals[0] and x["adam_seed0"]["final"] < 1e-3
     assert f"stuck: {x['n_stuck']}/10" in out
 
 
 def test_f_xor_stuck_count_depends_on_rounding(f):
+    """Which seeds stick is rounding's call, so no stuck list is expected here: BLAS and NumPy pick other kernels
+    on other CPUs (PyTorch float32 stuck on the course's [0, 1, 2, 3, 4, 6, 9] on our build, on [2, 3, 5, 6] on an
+    AVX-512 machine). What is asserted holds whichever way each run's last bits fall."""
     module, figures, out = f
     x = figures["xor"]
     v = x["variants"]
-    # the course's 7/10 is PyTorch's float32 count on the course's initialisation
-    assert module.stuck_of(v["PyTorch float32"]) == [0, 1, 2, 3, 4, 6, 9]
-    assert "PyTorch float32                  stuck 7/10" in out
-    # the batched PyTorch run is a per-seed run (checked on two seeds, one stuck, one not)
-    loop = module.torch_gd_finals([1, 5], "float32", batched=False)
-    assert loop == {1: v["PyTorch float32"][1], 5: v["PyTorch float32"][5]}
-    # mathematically equal programs disagree on which seeds stick: rounding decides
-    stuck_sets = {tuple(module.stuck_of(finals)) for finals in v.values()} | {tuple(x["stuck"])}
-    assert len(stuck_sets) >= 3
+    for name, finals in v.items():  # every variant ends converged or saturated, and the printout says which
+        assert all(L < 1e-2 or min(abs(L - 4.0), abs(L - 8.0)) < 0.2 for L in finals.values()), name
+        stuck = module.stuck_of(finals)
+        assert f"{name:32s} stuck {len(stuck)}/10 {stuck}" in out
+    # one ulp of one weight (a difference of one rounding) decides: of 16 such nudges some stick, some converge
+    # (8 of 16 stick on our build: all 16 on one side would be a 1-in-30,000 chance at that rate)
+    nudged = x["nudged"]["finals"]
+    k = sum(L >= module.STUCK for L in nudged)
+    assert len(nudged) == 16 and 0 < k < 16
+    assert all(L < 1e-2 or min(abs(L - 4.0), abs(L - 8.0)) < 0.2 for L in nudged)
+    assert f"({len(nudged)} runs, each entry up and down): {k} stuck, {16 - k} converged" in out
+    # so mathematically equal programs disagree on which seeds stick: summing the examples in another order does
     reordered = [k for k in v if k.startswith("gradir float64, rows")]
-    assert any(module.stuck_of(v[k]) != x["stuck"] for k in reordered)
-    for finals in v.values():  # every variant still ends converged or saturated
-        assert all(L < 1e-2 or min(abs(L - 4.0), abs(L - 8.0)) < 0.2 for L in finals.values())
+    assert len(reordered) == 3 and any(module.stuck_of(v[k]) != x["stuck"] for k in reordered)
+    # the batched PyTorch run is a per-seed run: the same losses after a few steps (2000 steps would amplify
+    # any rounding difference between the batched and the per-seed kernels into another stuck list)
+    batched = module.torch_gd_finals([1, 5], "float64", steps=20)
+    loop = module.torch_gd_finals([1, 5], "float64", batched=False, steps=20)
+    assert loop == pytest.approx(batched, rel=1e-12) and batched != module.torch_gd_finals([1, 5], "float64", steps=0)
 
 
 def test_f_xor_backward_schedule_by_hand(f):

@@ -476,3 +476,41 @@ def test_other_input_shape_is_a_clear_error():
     f, params = gr.from_torch(MLP(), torch.randn(4, 6))
     with pytest.raises(gr.errors.ShapeError, match="captured with shape"):
         f(params, np.zeros((3, 6)))
+
+
+def test_float32_module_called_with_float64_computes_in_float64():
+    """The dtype of the arguments decides, as in torch.func.functional_call: a float32 module given float64
+    params and inputs computes in float64 (it used to be cast back to float32 after every op)."""
+    torch.manual_seed(10)
+    model, x, y = MLP().float(), torch.randn(5, 6, dtype=torch.float32), torch.randn(5, 3, dtype=torch.float64)
+    f, params = gr.from_torch(model, x)
+    assert {p.dtype for p in params.values()} == {np.dtype(np.float32)}
+    p64 = {k: v.astype(np.float64) for k, v in params.items()}
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in p64.items()}
+    ref = ((torch.func.functional_call(model, tp, (x.double(),)) - y) ** 2).mean()
+    ref.backward()
+
+    def loss(p, inp):
+        return gr.mean((f(p, inp) - y.numpy()) ** 2)
+    value, grads = gr.value_and_grad(loss)(p64, x.double().numpy())
+    assert value.dtype == np.float64 and rel_err(value, ref.item()) < RTOL
+    for name, t in tp.items():
+        assert grads[name].dtype == np.float64
+        assert rel_err(grads[name], t.grad.numpy()) < RTOL, name
+    torch_out = f({k: t.detach() for k, t in tp.items()}, x.double())  # torch tensors in, torch float64 out
+    assert torch_out.dtype == torch.float64 and rel_err(torch_out, f(p64, x.double().numpy())) < 1e-15
+    # in the capture's own dtype it stays float32; a mix torch refuses keeps the capture's dtypes, as before
+    assert f(params, x.numpy()).dtype == np.float32
+    assert f(params, x.double().numpy()).dtype == np.float32
+
+
+def test_float32_batchnorm_called_with_float64_casts_its_buffers():
+    """torch refuses float32 running statistics with float64 inputs: the buffers f uses by default follow
+    the params' and inputs' float64, as `module.double()` would cast them."""
+    torch.manual_seed(11)
+    model, x = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).float().eval(), torch.randn(6, 3, dtype=torch.float32)
+    model[1].running_mean.uniform_(-1, 1)
+    f, params = gr.from_torch(model, x)
+    out = f({k: v.astype(np.float64) for k, v in params.items()}, x.double().numpy())
+    assert out.dtype == np.float64
+    assert rel_err(out, model.double()(x.double()).detach().numpy()) < RTOL

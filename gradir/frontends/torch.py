@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
+from gradir import dtypes
 from gradir.errors import GradirError, TraceError, UnsupportedOpError
 from gradir.frontends import aten_table
 from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
@@ -276,6 +277,13 @@ class TorchFunction:
         self.training = training
         self.export_error = None
         self.__name__ = name
+        holders = [(kind, n.meta.get("val")) for (kind, _), n in
+                   zip(captured.inputs, [n for n in captured.graph.nodes if n.op == "placeholder"])]
+        self._capture_key = tuple(_dtype_name(val) for _, val in holders)
+        floats = {aten_table.np_dtype(val.dtype) for kind, val in holders
+                  if kind in ("param", "input") and isinstance(val, torch.Tensor) and val.dtype.is_floating_point}
+        self._capture_float = floats.pop() if len(floats) == 1 else None  # the dtype the module was captured in
+        self._dtype_cache = {}
 
     @property
     def param_names(self) -> list[str]:
@@ -292,24 +300,45 @@ class TorchFunction:
         return outs, {**(self.buffers if buffers is None else buffers), **updates}
 
     def _run(self, params, inputs, seed, buffers):
-        buffers = self.buffers if buffers is None else buffers
         leaves = torch_pytree.tree_leaves(list(inputs))
         torch_out = any(is_torch(x) for x in leaves)
-        values = iter([torch_to_numpy(x) if is_torch(x) else x if isinstance(x, (Value, np.ndarray)) else np.asarray(x)
-                       for x in leaves])
-        env = {}
-        rng = _Seeds(seed)
+        given = [torch_to_numpy(x) if is_torch(x) else x if isinstance(x, (Value, np.ndarray)) else np.asarray(x)
+                 for x in leaves]
+        other = self._other_float([*params.values(), *given])
+        if buffers is None:
+            buffers = self.buffers if other is None else {  # as module.double() casts its buffers too
+                k: v.astype(other) if v.dtype == self._capture_float else v for k, v in self.buffers.items()}
+        values, env, rng = iter(given), {}, _Seeds(seed)
+        holders = [node for node in self._cap.graph.nodes if node.op == "placeholder"]
+        for i, node in enumerate(holders):
+            env[node] = self._placeholder(node, i, params, buffers, values)
+        wants = None if other is None else self._dtypes_for(tuple(_dtype_name(env[node]) if name else None
+                                                                  for node, name in zip(holders, self._capture_key)))
         outputs = None
         for node in self._cap.graph.nodes:
-            if node.op == "placeholder":
-                env[node] = self._placeholder(node, len(env), params, buffers, values)
-            elif node.op == "get_attr":
+            if node.op == "get_attr":
                 env[node] = self._cap.constants[node.target]
             elif node.op == "call_function":
-                env[node] = self._call(node, env, rng)
+                env[node] = self._call(node, env, rng, wants)
             elif node.op == "output":
                 outputs = torch_pytree.tree_leaves(torch.fx.node.map_arg(node.args[0], lambda n: env[n]))
         return self._results(outputs, torch_out)
+
+    def _other_float(self, given):
+        """The one float dtype of the given params and inputs where it is not the capture's, else None: a float32
+        module called with float64 params and inputs computes in float64, as torch.func.functional_call does.
+        A mix (float32 params, float64 x: torch refuses it) keeps the capture's dtypes, as `model(x.float())`."""
+        floats = {dtypes.as_dtype(n) for n in map(_dtype_name, given) if n in ("float16", "bfloat16", "float32", "float64")}
+        if len(floats) != 1 or self._capture_float is None or floats == {self._capture_float}:
+            return None
+        return floats.pop()
+
+    def _dtypes_for(self, key: tuple):
+        """node -> torch's result for placeholders of these dtypes (cached per key); None (the capture's
+        dtypes) where torch cannot run the graph at them."""
+        if key not in self._dtype_cache:
+            self._dtype_cache[key] = _call_dtypes(self._cap, key)
+        return self._dtype_cache[key]
 
     def _placeholder(self, node, i, params, buffers, values):
         kind, name = self._cap.inputs[i]
@@ -324,7 +353,7 @@ class TorchFunction:
                              op="from_torch", source=user_source())
         return source[key]
 
-    def _call(self, node, env, rng):
+    def _call(self, node, env, rng, wants):
         entry = self._entries[node]
         args = torch.fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = dict(torch.fx.node.map_arg(node.kwargs, lambda n: env[n]))
@@ -333,7 +362,7 @@ class TorchFunction:
             if isinstance(entry, aten_table.NeedsSeed):
                 kwargs["rng"] = rng.for_node(node)
             out = entry(*args, **kwargs)
-            return _match_torch(node, out)
+            return _match_torch(node, out, wants[node] if wants else node.meta.get("val"))
 
     def _results(self, outputs, torch_out):
         user, updates = [], {}
@@ -377,10 +406,9 @@ class _Seeds:
         return rng
 
 
-def _match_torch(node, out):
+def _match_torch(node, out, val):
     """The mapped result checked against torch's own shape for the node (nothing silently wrong), and
-    cast to torch's dtype where the two promotion rules differ (int tensor * 0.5 is float in torch)."""
-    val = node.meta.get("val")
+    cast to torch's dtype `val.dtype` where the two promotion rules differ (int tensor * 0.5 is float in torch)."""
     if isinstance(val, torch.Tensor) and not isinstance(out, aten_table.Multi) and out is not None:
         return _match_one(node, out, val)
     if isinstance(val, (list, tuple)) and isinstance(out, list):
@@ -389,7 +417,6 @@ def _match_torch(node, out):
 
 
 def _match_one(node, out, val):
-    from gradir import dtypes
     from gradir.ops import astype
 
     shape = tuple(int(s) for s in val.shape)
@@ -400,6 +427,37 @@ def _match_one(node, out, val):
     want = aten_table.np_dtype(val.dtype)
     have = out.dtype if hasattr(out, "dtype") else np.asarray(out).dtype
     return out if dtypes.as_dtype(have) == want else astype(out, want)
+
+
+def _dtype_name(x) -> str | None:
+    """'float64' for an array, Value or torch tensor; None for what has no dtype (a Python int placeholder)."""
+    d = getattr(x, "dtype", None)
+    return None if d is None else str(d).replace("torch.", "")
+
+
+def _call_dtypes(cap: Captured, key: tuple) -> dict | None:
+    """node -> torch's result (a fake tensor, or a tuple of them: its dtype is what the mapped result is
+    cast to) for placeholders of the dtypes in `key`, by running the graph on fake tensors; None where
+    torch raises (the capture's dtypes are kept)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    env, names = {}, iter(key)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            for node in cap.graph.nodes:
+                val = node.meta.get("val")
+                if node.op == "placeholder":
+                    name = next(names)
+                    env[node] = torch.empty(tuple(val.shape), dtype=getattr(torch, name)) if name else val
+                elif node.op == "get_attr":
+                    c = cap.constants[node.target]
+                    env[node] = torch.empty(np.shape(c), dtype=getattr(torch, np.asarray(c).dtype.name))
+                elif node.op == "call_function":
+                    env[node] = node.target(*torch.fx.node.map_arg(node.args, env.get),
+                                            **torch.fx.node.map_arg(node.kwargs, env.get))
+    except Exception:  # noqa: BLE001 - whatever torch refuses: the capture's dtypes, as before
+        return None
+    return env
 
 
 def rebuild(spec, leaves):
@@ -456,7 +514,10 @@ def from_torch(module, *example_inputs, decompose: bool = True):
     policies apply to it. The module's train/eval mode at capture is the mode replayed; dropout in
     training mode needs `seed=`. Buffers live on `f.buffers`; `f.with_buffers(...)` also returns their
     updated values. `f.capture` says how the graph was taken ("export", or "make_fx" where
-    torch.export failed). An ATen op without a gradir mapping raises UnsupportedOpError here."""
+    torch.export failed). An ATen op without a gradir mapping raises UnsupportedOpError here.
+    Given params and inputs of another float dtype than the capture's (all float64 for a float32 module),
+    f computes in it, as torch.func.functional_call does, and casts `f.buffers` along; a mix of float
+    dtypes (float32 params, float64 inputs) computes in the capture's dtypes."""
     named_module = module if isinstance(module, torch.nn.Module) else _FunctionModule(module)
     captured, why = _capture(named_module, example_inputs, decompose)
     params, p_alias = _numpy_state(named_module.named_parameters(remove_duplicate=False))
