@@ -66,7 +66,10 @@ class LoopPlan:
         self.place: dict[int, tuple[int, int, int | None]] = {}  # axis -> (loop, div, mod)
         for j, lp in enumerate(loops):
             for pos, d in enumerate(lp.axes):
-                self.place[d] = (j, math.prod(domain[e] for e in lp.axes[pos + 1:]), None if pos == 0 else domain[d])
+                if lp.size == 0:  # an empty loop never runs: its coordinates need no division
+                    self.place[d] = (j, 1, None)
+                else:
+                    self.place[d] = (j, math.prod(domain[e] for e in lp.axes[pos + 1:]), None if pos == 0 else domain[d])
 
     @classmethod
     def nest(cls, program: FusedProgram, k: Kernel) -> LoopPlan:
@@ -98,6 +101,11 @@ class LoopPlan:
         loops = [cls._loop(k.domain, [d for d in range(lo, hi) if k.domain[d] != 1], is_outer) for lo, hi, is_outer in sides]
         return cls(k.domain, [lp for lp in loops if lp.axes])
 
+    @classmethod
+    def flat(cls, shape: tuple[int, ...]) -> LoopPlan:
+        """One counter over every element of `shape` (a scatter kernel walking its gradient's elements)."""
+        return cls.blocks(Kernel(0, "loop", domain=tuple(shape)))
+
     @staticmethod
     def _loop(domain, axes, outer: bool) -> Loop:
         return Loop(tuple(axes), math.prod(domain[d] for d in axes), outer)
@@ -124,8 +132,8 @@ class LoopPlan:
                 end = pos
                 while end + 1 < len(axes) and strides[axes[end]] == strides[axes[end + 1]] * self.domain[axes[end + 1]]:
                     end += 1
-                div = math.prod(self.domain[d] for d in axes[end + 1:])
-                mod = None if pos == 0 else math.prod(self.domain[d] for d in axes[pos:end + 1])
+                div = math.prod(self.domain[d] for d in axes[end + 1:]) or 1  # (an empty loop never runs:
+                mod = None if pos == 0 or not lp.size else math.prod(self.domain[d] for d in axes[pos:end + 1])  # no /0)
                 out.append(Term(j, div, mod, strides[axes[end]]))
                 pos = end + 1
         return out

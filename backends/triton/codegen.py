@@ -137,6 +137,13 @@ def nan_lanes(x: str) -> str:
     return _and("live", f"({x} != {x})")
 
 
+def term_text(t: Term, base: str) -> str:
+    """A loop plan's address term over counter `base`: ``(base // div) % mod * stride``, without the parts that do nothing."""
+    c = base if t.div == 1 else f"({base} // {t.div})"
+    c = c if t.mod is None else f"({c} % {t.mod})"
+    return c if t.stride == 1 else f"{c} * {t.stride}"
+
+
 def coordinate(base: str, div: int, size: int, total: int) -> str:
     """Axis coordinate `(base // div) % size` of a flat index below `total`, without the parts that do nothing."""
     c = base if div == 1 else f"({base} // {div})"
@@ -174,14 +181,15 @@ class LoopSource:
         self.outer = k.outer if k.outer is not None else 0
         inner = math.prod(k.domain[self.outer:])
         self.inner_size = inner
+        # grid: programs to launch (0 for an empty domain: the host launches nothing)
         if k.outer is None:
             self.form = "flat"
             self.block = min(FLAT_BLOCK, next_pow2(max(inner, 1)))
-            self.grid = -(-max(inner, 1) // self.block)
+            self.grid = -(-inner // self.block)
         else:
             self.form = "row" if inner <= MAX_ROW else "chunked"
             self.block = next_pow2(max(inner, 1)) if self.form == "row" else CHUNK
-            self.grid = max(math.prod(k.domain[:self.outer]), 1)
+            self.grid = math.prod(k.domain[:self.outer])
         self.num_warps = 8 if self.block >= 2048 else 4
         self.pass_index = 0
         self.text = self.render()
@@ -202,10 +210,7 @@ class LoopSource:
     # -- indices
     def term(self, t: Term) -> str:
         """A plan term: the outer counter is the program id, the inner one the lane index."""
-        base = "pid" if self.plan.loops[t.loop].outer else "i"
-        c = base if t.div == 1 else f"({base} // {t.div})"
-        c = c if t.mod is None else f"({c} % {t.mod})"
-        return c if t.stride == 1 else f"{c} * {t.stride}"
+        return term_text(t, "pid" if self.plan.loops[t.loop].outer else "i")
 
     def index(self, strides: list[int], offset: int = 0) -> str:
         """offset + sum of coordinate * stride, one term per run of axes the access walks contiguously."""
@@ -671,5 +676,5 @@ class LoopSource:
                 self.store(n, f"v{j}")
 
 
-__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "buffer_names", "coordinate", "literal", "next_pow2",
+__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "buffer_names", "coordinate", "literal", "next_pow2", "term_text",
            "parameter_line", "unrendered"]

@@ -14,7 +14,8 @@ from gradir import dtypes
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import FusedProgram
 
-from .codegen import ZERO, coordinate, next_pow2, parameter_line
+from ..loops import LoopPlan
+from .codegen import ZERO, next_pow2, parameter_line, term_text
 
 
 def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[str, tuple, list] | None:
@@ -26,19 +27,18 @@ def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[st
     g, idx = n.inputs
     axis, size = n.attrs["axis"], n.attrs["size"]
     G, I = program.access[g], program.access[idx]
-    total = max(math.prod(g.shape), 1)
-    block = min(1024, next_pow2(total))
-    cs = c_strides(g.shape, 1)
-    coords = [coordinate("i", cs[d], g.shape[d], total) for d in range(g.ndim)]
+    total = math.prod(g.shape)
+    block = min(1024, next_pow2(max(total, 1)))
+    plan = LoopPlan.flat(g.shape)  # one counter, i, over g's elements
+    coords = [plan.coordinate(d) for d in range(g.ndim)]  # None: a size-1 axis, always at 0
 
     def linear(cs_, strides, offset=0):
-        return " + ".join([f"{c} * {s}" for c, s in zip(cs_, strides) if s and c != "0"] + [str(offset)])
+        return " + ".join([c if type(c) is str else term_text(c._replace(stride=s), "i")
+                           for c, s in zip(cs_, strides) if s and c is not None] + [str(offset)])
 
-    def load(ptr, coords_, acc, dt):  # a masked lane load, or one element broadcast
+    def load(ptr, coords_, acc, dt):  # a lane's element, or one element for every lane (a block all the same)
         at = linear(coords_, acc.strides, acc.offset)
-        if any(s for s in acc.strides):
-            return f"tl.load({ptr} + {at}, mask=live, other={ZERO[dt]})"
-        return f"tl.load({ptr} + {at})"
+        return f"tl.load({ptr} + {at} + i * 0, mask=live, other={ZERO[dt]})"
     out_strides = c_strides(n.shape, 1)
     oc = coords[:axis] + ["j"] + coords[axis + idx.ndim:]
     lines = [
@@ -53,7 +53,7 @@ def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[st
         f"    j = j % {size}",
         f"    j = tl.where(j < 0, j + {size}, j)",
         f"    x = {load('p0', coords, G, g.dtype)}",
-        f"    tl.atomic_add(p2 + {linear(oc, out_strides)}, x, mask=live)",
+        f"    tl.atomic_add(p2 + {linear(oc, out_strides)} + i * 0, x, mask=live)",
     ]
     return "\n".join(lines) + "\n", (-(-total // block),), [G.owner, I.owner, program.access[n].owner]
 
