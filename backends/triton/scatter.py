@@ -33,7 +33,7 @@ def scatter_source(program: FusedProgram, k, name: str, names: dict) -> tuple[st
     coords = [plan.coordinate(d) for d in range(g.ndim)]  # None: a size-1 axis, always at 0
 
     def linear(cs_, strides, offset=0):
-        return " + ".join([c if type(c) is str else term_text(c._replace(stride=s), "i")
+        return " + ".join([f"{c} * {s}" if type(c) is str else term_text(c._replace(stride=s), "i")
                            for c, s in zip(cs_, strides) if s and c is not None] + [str(offset)])
 
     def load(ptr, coords_, acc, dt):  # a lane's element, or one element for every lane (a block all the same)
