@@ -144,12 +144,6 @@ def term_text(t: Term, base: str) -> str:
     return c if t.stride == 1 else f"{c} * {t.stride}"
 
 
-def coordinate(base: str, div: int, size: int, total: int) -> str:
-    """Axis coordinate `(base // div) % size` of a flat index below `total`, without the parts that do nothing."""
-    c = base if div == 1 else f"({base} // {div})"
-    return f"({c} % {size})" if size * div < total else c
-
-
 def buffer_names(program: FusedProgram) -> dict:
     """A name per buffer owner: the graph's input names, "output k", "%n" for the rest (value_names)."""
     names = value_names(program.graph)
@@ -676,5 +670,5 @@ class LoopSource:
                 self.store(n, f"v{j}")
 
 
-__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "buffer_names", "coordinate", "literal", "next_pow2", "term_text",
+__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "buffer_names", "literal", "next_pow2", "term_text",
            "parameter_line", "unrendered"]

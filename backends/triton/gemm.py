@@ -23,7 +23,8 @@ from gradir import dtypes
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import FusedProgram, Kernel
 
-from .codegen import STORAGE, coordinate, interpreting, next_pow2, parameter_line
+from ..loops import LoopPlan
+from .codegen import STORAGE, interpreting, next_pow2, parameter_line, term_text
 
 TL_DOT_MAX_OUTPUT = 1 << 16
 TL_DOT_DTYPES = (dtypes.float32, dtypes.float16, dtypes.bfloat16)
@@ -63,12 +64,11 @@ def gemm_source(program: FusedProgram, k: Kernel, name: str, names: dict) -> tup
     C = program.access[out]
     c_mat = (1, M) if k.transposed is not None else (N, 1)  # (A @ B)^T written in place: rows and columns swap
     c_batch = list(c_strides(batch + (M, N), 1))[:nb]
-    bcs = c_strides(batch, 1)
     total = max(math.prod(batch), 1)
-    coords = [coordinate("bid", bcs[d], batch[d], total) for d in range(nb)]
+    batch_plan = LoopPlan.flat(batch)  # the batch element's coordinates, read off the program id `bid`
 
     def offset(strides, base):
-        return " + ".join([f"{c} * {s}" for c, s in zip(coords, strides) if s] + [str(base)])
+        return " + ".join([term_text(t, "bid") for t in batch_plan.terms(strides)] + [str(base)])
     BM, BN, BK = _block(M, 64), _block(N, 64), _block(K, 32)
     precision = ', input_precision="ieee"' if n.dtype == dtypes.float32 else ""
     # Triton's CPU interpreter multiplies bfloat16 tiles wrongly: there, widen them first (the products of
@@ -101,10 +101,9 @@ def gemm_source(program: FusedProgram, k: Kernel, name: str, names: dict) -> tup
         # coordinates come from each element's position in the (contiguous) output
         out_shape, Bi = k.epilogue.shape, program.access[k.bias]
         flat = f"({offset(c_batch, 0)} + rm[:, None] * {N} + rn[None, :])"
-        ocs, size = c_strides(out_shape, 1), max(math.prod(out_shape), 1)
-        at = " + ".join([f"{coordinate(flat, ocs[d], out_shape[d], size)} * {st}" for d, st in enumerate(Bi.strides)
-                         if st and out_shape[d] > 1] + [str(Bi.offset)])
-        lines.append(f"    acc += tl.load(p3 + {at}, mask=inside, other=0.0).to(tl.float32)")
+        at = " + ".join([term_text(t, flat) for t in LoopPlan.flat(out_shape).terms(list(Bi.strides))] + [str(Bi.offset)])
+        # (+ a zero tile: a pointer per element even where the bias is one value, as the mask is a tile)
+        lines.append(f"    acc += tl.load(p3 + {at} + (rm[:, None] + rn[None, :]) * 0, mask=inside, other=0.0).to(tl.float32)")
         params.append(Bi.owner)
     lines.insert(3, f'    {parameter_line(names, params)}"""')
     value = f"acc.to({STORAGE[n.dtype]})" if n.dtype in STORAGE else "acc"
