@@ -51,6 +51,12 @@ CASES = [
      lambda x: (torch.cat([x, -x], 0).amax(1) * torch.arange(4.0, dtype=torch.float64)).sum(), (2, 3)),
     ("pad_of_length1", lambda x: gr.sum(gr.pad(x, 1) * gr.pad(x, 1) * gr.arange(3.0)),
      lambda x: (torch.nn.functional.pad(x, (1, 1)) ** 2 * torch.arange(3.0, dtype=torch.float64)).sum(), (1,)),
+    ("empty_after_advanced_index", lambda x: gr.sum(x[np.array(-1), np.array([-2, 0]), -1:-2:3, :1] * 2.0),
+     lambda x: (x[-1, [-2, 0], -1:-2:3, :1] * 2.0).sum(), (1, 2, 2, 2)),
+    ("gather_of_empty_slice", lambda x: gr.sum(x[4:-4, np.array([1, -2])] * 2.0) + gr.sum(x),
+     lambda x: (x[4:-4, [1, -2]] * 2.0).sum() + x.sum(), (3, 2)),
+    ("take_0d_index_gradient", lambda x: gr.take(gr.reshape(x, (12,)), np.array(-5)) * 3.0,
+     lambda x: x.reshape(12)[-5] * 3.0, (3, 4)),
     ("update_slice_size1", lambda x: gr.sum(_written(x * 1.0, (slice(None), 0), x[:, 0] * 5.0) * W41),
      lambda x: (torch.cat([x[:, :1] * 5.0], 1) * TW41).sum(), (4, 1)),
 ]
@@ -100,3 +106,17 @@ def test_a_renderer_failure_is_a_located_gradir_error(backend, module, method, m
     monkeypatch.setattr(getattr(importlib.import_module(module), method), "gather", broken)
     with pytest.raises(LoweringError, match=r"take: .*KeyError.*test_backend_edges.py:\d+"):
         gr.compile(lambda x: gr.take(x, np.array([1, 0])) * 2.0, backend=backend)(np.ones(3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_by_one_float32_product_with_its_bias(backend):
+    """A 1x1 float32 matmul whose backward adds a bias (Triton's tl.dot kernel loaded that one-value bias
+    through a scalar pointer under a tile mask)."""
+    x = np.array([0.75], np.float32)
+    f = gr.value_and_grad(lambda x: gr.sum(gr.astype(x @ x, gr.float64) * 2.0))
+    value, grad = gr.compile(f, backend=backend)(x)
+    tx = torch.tensor(x, requires_grad=True)
+    want = ((tx @ tx).double() * 2.0).sum()
+    want.backward()
+    np.testing.assert_allclose(value, want.item(), rtol=1e-6)
+    np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-6)
