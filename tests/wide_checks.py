@@ -214,7 +214,13 @@ class Isolated:
             self.proc = None
 
     def check(self, program: int | Program, backend: str) -> Outcome:
-        """`backend`'s outcome on `program`, given by seed (generated with `max_steps`) or whole."""
+        """`backend`'s outcome on `program`, given by seed (generated with `max_steps`) or whole. A child that
+        dies is asked once more in a new child: a death that does not repeat (a kill from outside) is no
+        outcome of the program's."""
+        out = self._check(program, backend)
+        return self._check(program, backend) if out.detail.startswith("ProcessDied") else out
+
+    def _check(self, program: int | Program, backend: str) -> Outcome:
         if self.proc is not None and self.served >= self.recycle:  # bound the child's memory
             self.close()
         if self.proc is None:
