@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import triton_missing
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from tests.wide_checks import REPO, Isolated, Outcome, _died, check, compare, run_torch
 from tests.wide_ops import OPS
@@ -45,6 +45,7 @@ def isolated():
 
 @settings(settings.get_profile("ci"), max_examples=100)
 @given(wide_programs(STEPS))
+@example(generate(5995963, STEPS))  # repeat counts along an empty axis: torch.tensor([]) was a float tensor
 def test_a_seed_gives_one_program_whose_torch_spelling_has_the_stated_shapes(program):
     again = generate(program.seed, STEPS)
     assert again.source() == program.source()

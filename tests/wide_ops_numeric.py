@@ -198,7 +198,7 @@ class NumericOps:
             t = f"torch.repeat_interleave({x.name}, {r}, dim={a})"
         else:
             r = [self.int(0, 2) for _ in range(x.shape[a])]
-            t = f"torch.repeat_interleave({x.name}, torch.tensor({r}), dim={a})"
+            t = f"torch.repeat_interleave({x.name}, torch.tensor({r}, dtype=torch.long), dim={a})"  # ([] is float)
         shape = np.repeat(np.zeros(x.shape), r, axis=a).shape
         return f"gr.repeat({x.name}, {r}, axis={a})", t, shape, x.dtype, x.mag
 
