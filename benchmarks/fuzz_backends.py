@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 
 import dataclasses  # noqa: E402
 
+from benchmarks.bench_backends import _cpu_model as cpu_model  # noqa: E402
 from gradir.fileio import write_atomic  # noqa: E402
 from tests.wide_checks import Isolated, Outcome, check, references, run_gradir  # noqa: E402
 from tests.wide_programs import RTOL, Program, generate  # noqa: E402
@@ -57,12 +58,6 @@ BACKENDS = ("numpy", "llvm", "triton")
 KINDS = ("ok", "crash", "wrong", "timeout")
 
 
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str:

@@ -33,6 +33,17 @@ def rng():
 
 
 @pytest.fixture
+def torch_float64():
+    """torch's default dtype set to float64 for the test (the oracle's precision), restored after."""
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+@pytest.fixture
 def names_path():
     path = DATA / "names.txt"
     if not path.exists():

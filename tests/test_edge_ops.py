@@ -23,11 +23,8 @@ INF, NAN = float("inf"), float("nan")
 
 
 @pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+def _float64(torch_float64):
+    """Every test here builds torch tensors in float64."""
 
 
 def value_and_grad(fn, backend, argnums=0):

@@ -161,11 +161,8 @@ class GPT(nn.Module):
 
 
 @pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+def _float64(torch_float64):
+    """Every test here builds torch tensors in float64."""
 
 
 def line_of(marker: str) -> str:
