@@ -120,3 +120,18 @@ def test_one_by_one_float32_product_with_its_bias(backend):
     want.backward()
     np.testing.assert_allclose(value, want.item(), rtol=1e-6)
     np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gather_by_an_index_argument_that_is_one_value_for_every_lane(backend):
+    """An index read once for the whole row, feeding a gather and its range check (Triton paired that scalar
+    with a block mask)."""
+    x, rows = RNG.standard_normal((2, 1, 2)), np.array([[1]])
+    cols = np.array([1, 1, 1])
+    f = gr.value_and_grad(lambda x, i: gr.sum(gr.sum(x, axis=-2)[i, cols] * np.arange(3.0)))
+    value, grad = gr.compile(f, backend=backend)(x, rows)
+    tx = _t(x)
+    want = (tx.sum(-2)[torch.tensor(rows), torch.tensor(cols)] * torch.arange(3.0, dtype=torch.float64)).sum()
+    want.backward()
+    np.testing.assert_allclose(value, want.item(), rtol=1e-12)
+    np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12, atol=1e-12)

@@ -382,7 +382,8 @@ class LoopSource:
         """Record that node n met bad input: its code in the error word (the host raises the located error)."""
         code = self.pos[n] + 1
         if vector:
-            self.emit(f"tl.store(err + {bad} * 0, {bad} * 0 + {code}, mask=({bad}) & live)")
+            # (a block of pointers and mask even where bad is one value for every lane)
+            self.emit(f"tl.store(err + i * 0, {code}, mask={_and(bad, 'live')})")
         else:
             self.emit(f"tl.store(err, {code}, mask={bad})")
 
@@ -400,8 +401,9 @@ class LoopSource:
         xm = tuple(m[:axis]) + tuple(m[axis + idx.ndim:])
         rest = list(acc.strides[:axis]) + list(acc.strides[axis + 1:])
         base = self.index(mapped(rest, xm, self.r), acc.offset)
-        mask = ", mask=live" if self.varies(idx, m[axis:axis + idx.ndim]) or self.lanes(mapped(rest, xm, self.r)) else ""
-        text = f"tl.load({self.param(acc.owner)} + {base} + {j} * {acc.strides[axis]}{mask})"
+        vector = self.varies(idx, m[axis:axis + idx.ndim]) or self.lanes(mapped(rest, xm, self.r))
+        # (+ i * 0: the index may be one value for every lane, a scalar, where the map says the value varies)
+        text = f"tl.load({self.param(acc.owner)} + {base} + {j} * {acc.strides[axis]}{' + i * 0, mask=live' if vector else ''})"
         return text + (".to(tl.float32)" if x.dtype in STORAGE else "")
 
     def check_classes(self, n: Value, i: str) -> None:
