@@ -362,3 +362,17 @@ def test_from_torch_conv_padding_valid(name, backend, rng):
     assert set(grads) == {n for n, _ in module.named_parameters()}
     for n, p in module.named_parameters():
         close(grads[n], p.grad.numpy())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_repeat_with_no_counts_along_an_empty_axis(backend):
+    """np.repeat(x, [], axis) on an empty axis (the long mode's seed 9157 crashed every backend on it)."""
+    x = np.random.default_rng(0).standard_normal((2, 0, 3))
+    value, grad = gr.compile(gr.value_and_grad(lambda x: gr.sum(gr.repeat(x, [], axis=1)) + gr.sum(x * 2.0)),
+                             backend=backend)(x)
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.repeat_interleave(tx, torch.tensor([], dtype=torch.long), dim=1).sum() + (tx * 2.0).sum()
+    want.backward()
+    assert grad.shape == (2, 0, 3)
+    np.testing.assert_allclose(value, want.item())
+    np.testing.assert_array_equal(grad, tx.grad.numpy())

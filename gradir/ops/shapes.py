@@ -354,6 +354,7 @@ def repeat(x, repeats, axis=None):
         y = broadcast_to(y, x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
         return reshape(y, x.shape[:axis] + (n * r,) + x.shape[axis + 1:])
     counts = np.asarray(repeats)
+    counts = counts.astype(np.int64) if counts.size == 0 else counts  # ([] is a float64 array: no counts, no type)
     if counts.shape not in ((n,), (1,)) or not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
         raise ShapeError(f"repeats must be non-negative ints, one per element of an axis of size {n} (or one)",
                          op="repeat", source=user_source())
