@@ -135,3 +135,17 @@ def test_gather_by_an_index_argument_that_is_one_value_for_every_lane(backend):
     want.backward()
     np.testing.assert_allclose(value, want.item(), rtol=1e-12)
     np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_batched_product_of_an_empty_batch(backend):
+    """An empty batch of float32 products (Triton's tl.dot kernel launched one program for it and wrote out of
+    bounds: the long mode's seeds 7017 and 7229 segfaulted)."""
+    cols = np.array([[-1, -2, 1], [0, -2, -2], [0, 1, 0]])
+
+    def f(x):
+        v = gr.astype(x, gr.float32)[:, cols]
+        return gr.sum(gr.astype(gr.matmul(v, v), gr.float64)) + gr.sum(x * 2.0)
+
+    value, grad = gr.compile(gr.value_and_grad(f), backend=backend)(np.ones((0, 2)))
+    assert value == 0.0 and grad.shape == (0, 2)

@@ -316,7 +316,7 @@ class TritonCompiled:
                 for n in self.zeroed.get(k.index, ()):
                     bufs[p.access[n].owner].zero_()
                 name, grid, params, warps = launch
-                if not grid[0]:  # an empty domain: nothing to compute (its accumulators were zeroed)
+                if not all(grid):  # an empty domain: nothing to compute (its accumulators were zeroed)
                     continue
                 fn = getattr(self.module, name)
                 with lowering("Triton", k):  # the first launch compiles the kernel

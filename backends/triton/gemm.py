@@ -64,7 +64,7 @@ def gemm_source(program: FusedProgram, k: Kernel, name: str, names: dict) -> tup
     C = program.access[out]
     c_mat = (1, M) if k.transposed is not None else (N, 1)  # (A @ B)^T written in place: rows and columns swap
     c_batch = list(c_strides(batch + (M, N), 1))[:nb]
-    total = max(math.prod(batch), 1)
+    total = math.prod(batch)  # 0 for an empty batch: no program is launched (an empty grid)
     batch_plan = LoopPlan.flat(batch)  # the batch element's coordinates, read off the program id `bid`
 
     def offset(strides, base):
