@@ -4,12 +4,16 @@ along outer axes). Each program runs on every backend and meets PyTorch float64 
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from conftest import triton_missing
 
 import gradir as gr
 from gradir.backends.loops import LoopPlan
+from gradir.errors import LoweringError
+from gradir.passes.fusion import Kernel
 
 torch = pytest.importorskip("torch")
 BACKENDS = ["numpy", "llvm", pytest.param("triton", marks=pytest.mark.skipif(triton_missing() is not None,
@@ -79,8 +83,6 @@ def test_edge_program_matches_torch(backend, name, f, tf, shape):
 def test_plan_gives_size1_axes_no_loop_and_merges_only_contiguous_axes():
     """The planner's two promises, read off a plan: a size-1 axis has the constant coordinate 0, and an access
     that is not contiguous across two axes gets a term for each."""
-    from gradir.passes.fusion import Kernel
-
     k = Kernel(0, "loop", domain=(4, 1, 3), outer=None, maps={})
     plan = LoopPlan(k.domain, [LoopPlan._loop(k.domain, [0, 2], False)])
     assert plan.coordinate(1) is None
@@ -94,12 +96,8 @@ def test_plan_gives_size1_axes_no_loop_and_merges_only_contiguous_axes():
                                                      ("triton", "gradir.backends.triton.codegen", "LoopSource")])
 def test_a_renderer_failure_is_a_located_gradir_error(backend, module, method, monkeypatch):
     """A renderer's own bug surfaces as a LoweringError naming the op it was lowering and the user's line."""
-    import importlib
-
     if backend == "triton" and triton_missing():
         pytest.skip(triton_missing())
-    from gradir.errors import LoweringError
-
     def broken(self, n, memo):
         raise KeyError(1)
 
