@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from gradir.errors import GradirError, LoweringError
-from gradir.ir import Value
+from gradir.core.errors import GradirError, LoweringError
+from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import ARG_REDUCTIONS, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
 

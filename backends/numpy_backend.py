@@ -4,6 +4,10 @@
 op library's NumPy templates) and compiles it; the source is kept on the result so a learner can
 read the code their backward runs. `run(graph, args)` interprets a graph directly, with no code
 generation, for one-off evaluation.
+
+Both take graphs of primitives: composite ops (gr.nn's fused-VJP ops, which have no NumPy template)
+are lowered once, before any backend sees the graph, by the entry points gradir.backends.compile_graph
+and gradir.backends.run. A composite that slips through is a GradirError naming it and its line.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import ExecutionError, GradirError
-from gradir.ir import Graph, Value
-from gradir.primitive import get_primitive, numpy_namespace
+from gradir.core import dtypes
+from gradir.core.errors import ExecutionError, GradirError
+from gradir.core.ir import Graph, Value
+from gradir.core.primitive import get_primitive, numpy_namespace
 
 _DTYPE_NAMES = {d: f"np.{d.name}" for d in dtypes.SHORT_NAMES if d != dtypes.bfloat16}
 _DTYPE_NAMES[dtypes.bfloat16] = "bfloat16"
@@ -129,7 +133,7 @@ def _node_expr(n: Value, operand_names: list[str]) -> str:
     """The op's NumPy template with operand names and attribute literals filled in."""
     prim = get_primitive(n.op, source=n.source)
     if prim.numpy is None:
-        raise GradirError("has no NumPy lowering; run lower_composites first", op=n.op, source=n.source)
+        _composite(n)
     pieces = _template(prim.numpy)
     arg_names = [a.lstrip("*") for a in prim.args]
     if prim.variadic:
@@ -159,6 +163,13 @@ def _template(template: str) -> tuple[tuple[str | None, str | None], ...]:
     return tuple(pieces)
 
 
+def _composite(n: Value):
+    """The error for a node without a NumPy template: a composite the graph still holds."""
+    raise GradirError("is a composite op with no NumPy template; backends run graphs of primitives "
+                      "(passes.lower_composites decomposes it: gradir.backends.compile_graph and run do that first)",
+                      op=n.op, source=n.source)
+
+
 def _check(value, shape, dtype, op, source):
     arr = np.asarray(value)
     if arr.shape != shape or arr.dtype != dtype:
@@ -170,7 +181,6 @@ class CompiledGraph:
     """A graph compiled to a Python function; call it with the graph's inputs (flat list)."""
 
     def __init__(self, graph: Graph, check: bool = False, order: list[Value] | None = None, meter=None):
-        graph = _primitives_only(graph)
         self.graph = graph
         self.source, consts = generate_source(graph, check=check, order=order, meter=meter is not None)
         namespace = numpy_namespace() | {"bfloat16": dtypes.bfloat16, "_check": _check, "_meter": meter} | consts
@@ -253,24 +263,19 @@ def measure_memory(graph: Graph, args: list, order: list[Value] | None = None) -
     return MeasuredRun(list(outputs), live, max(live.values(), default=0))
 
 
-def _primitives_only(graph: Graph) -> Graph:
-    """`graph` with composite ops (gr.nn's fused-VJP ops) replaced by their primitives."""
-    from gradir.passes import lower_composites
-
-    return lower_composites(graph)
-
-
 def run(graph: Graph, args: list) -> list:
-    """Interpret `graph` on NumPy arrays, node by node (no code generation)."""
-    graph = _primitives_only(graph)
+    """Interpret `graph` (of primitives) on NumPy arrays, node by node (no code generation)."""
     env: dict[Value, Any] = dict(zip(graph.inputs, args))
     with np.errstate(all="ignore"):
         for n in graph.nodes:
             if n.op == "const":
                 env[n] = n.attrs["value"]
             else:
+                prim = get_primitive(n.op, source=n.source)
+                if prim.numpy is None:
+                    _composite(n)
                 try:
-                    out = get_primitive(n.op).impl(*[env[i] for i in n.inputs], **n.attrs)
+                    out = prim.impl(*[env[i] for i in n.inputs], **n.attrs)
                 except _RUNTIME_ERRORS as e:
                     raise ExecutionError(f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
                 env[n] = out if getattr(out, "dtype", None) == n.dtype else np.asarray(out).astype(n.dtype)

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 import gradir as gr
-from gradir.fileio import write_atomic
+from gradir.util.fileio import write_atomic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_core import dot_tanh, mlp_batch, mlp_loss, mlp_params, torch_mlp_step  # noqa: E402

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import gradir as gr
-from gradir.fileio import write_atomic
+from gradir.util.fileio import write_atomic
 
 RESULTS = pathlib.Path(__file__).with_name("core.md")
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import gradir as gr
-from gradir.fileio import write_atomic
-from gradir.tensor import _reachable
+from gradir.eager.engine import _reachable
+from gradir.util.fileio import write_atomic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_backends import OtherLoad, _busy_cores  # noqa: E402

@@ -49,7 +49,7 @@ from collections.abc import Callable
 import numpy as np
 
 import gradir as gr
-from gradir.fileio import write_atomic
+from gradir.util.fileio import write_atomic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_backends as bb  # noqa: E402

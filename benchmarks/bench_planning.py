@@ -38,8 +38,8 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import gradir as gr  # noqa: E402
-from gradir.fileio import write_atomic  # noqa: E402
 from gradir.passes.report import human_bytes  # noqa: E402
+from gradir.util.fileio import write_atomic  # noqa: E402
 
 OUT = pathlib.Path(__file__).with_name("planning.md")
 PIPELINE = ("trace", "autodiff", "cleanup", "partition", "schedule", "memory", "codegen")
@@ -68,7 +68,7 @@ def _rss_mib() -> float:
 def one_size(nodes: int) -> dict:
     """Every phase once on a graph of about `nodes` joint nodes (run in a fresh process)."""
     os.environ["GRADIR_CACHE_DIR"] = "off"
-    from gradir.api import _prepare, _trace
+    from gradir.api.args import prepare, trace_args
     from gradir.backends import compile_graph
     from gradir.backends.llvm import jit
     from gradir.passes import joint_graph, partition, run_pipeline
@@ -87,9 +87,9 @@ def one_size(nodes: int) -> dict:
         times[name], mib[name] = time.perf_counter() - t0, _rss_mib() - base
         return out
 
-    a = _prepare(loss, args)
+    a = prepare(loss, args)
     wrt = list(range(len(a.flat) - 1))
-    graph = phase("trace", lambda: _trace(loss, a))
+    graph = phase("trace", lambda: trace_args(loss, a))
     joint = phase("autodiff", lambda: joint_graph(graph, wrt))
     joint = phase("cleanup", lambda: run_pipeline(joint))
     part = phase("partition", lambda: partition(joint))

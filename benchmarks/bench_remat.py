@@ -29,12 +29,12 @@ import warnings
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import gradir as gr  # noqa: E402
-from gradir.fileio import write_atomic  # noqa: E402
-from gradir.passes import milp  # noqa: E402
-from gradir.passes.mincut import plan_mincut  # noqa: E402
-from gradir.passes.remat import evaluate, plan_remat  # noqa: E402
+from gradir.passes.remat import milp  # noqa: E402
+from gradir.passes.remat.mincut import plan_mincut  # noqa: E402
+from gradir.passes.remat.plan import evaluate, plan_remat  # noqa: E402
+from gradir.passes.remat.revolve import block_calls, revolve_steps  # noqa: E402
 from gradir.passes.report import human_bytes  # noqa: E402
-from gradir.passes.revolve import block_calls, revolve_steps  # noqa: E402
+from gradir.util.fileio import write_atomic  # noqa: E402
 from gradir.viz import tradeoff_curve  # noqa: E402
 
 OUT = pathlib.Path(__file__).with_name("remat.md")

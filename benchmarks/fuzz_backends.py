@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 import dataclasses  # noqa: E402
 
 from benchmarks.bench_backends import _cpu_model as cpu_model  # noqa: E402
-from gradir.fileio import write_atomic  # noqa: E402
+from gradir.util.fileio import write_atomic  # noqa: E402
 from tests.wide_checks import Isolated, Outcome, check, references, run_gradir  # noqa: E402
 from tests.wide_programs import RTOL, Program, generate  # noqa: E402
 

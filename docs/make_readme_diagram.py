@@ -11,7 +11,7 @@ import pathlib
 import sys
 
 import gradir as gr
-from gradir.fileio import write_atomic
+from gradir.util.fileio import write_atomic
 from gradir.viz import joint_diagram, render_svg
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 import gradir as gr
-from gradir import checks
+from gradir.api import checks
 from gradir.passes import joint_graph
 
 A, B = 1.5, -2.0
@@ -124,7 +124,7 @@ def loss(a, b):
 
 def evaluate(graph: gr.Graph, args: list) -> dict:
     """Every value of `graph` at `args` (gradir ops evaluate eagerly on NumPy values)."""
-    from gradir.trace import bind
+    from gradir.core.trace import bind
 
     env = dict(zip(graph.inputs, [np.asarray(x, dtype=float) for x in args]))
     for n in graph.nodes:

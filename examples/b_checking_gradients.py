@@ -11,7 +11,7 @@
    logits) by central differences against the closed form p - y.
 4. `gr.checks.gradcheck` of every differentiable primitive in the op library, in reverse mode (VJP
    rules) and forward mode (JVP rules), float64, at points away from kinks. The list is enumerated
-   from `gradir.primitive.REGISTRY`, so a new primitive without an input recipe shows up as MISSING
+   from `gradir.core.primitive.REGISTRY`, so a new primitive without an input recipe shows up as MISSING
    instead of being skipped silently.
 
 Run:  python examples/b_checking_gradients.py
@@ -22,11 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 import gradir as gr
-from gradir import checks
+from gradir.api import checks
+from gradir.core.primitive import REGISTRY
+from gradir.core.trace import bind
 from gradir.ops.conv import fold, unfold
 from gradir.ops.lifting import lift
-from gradir.primitive import REGISTRY
-from gradir.trace import bind
 
 DATA_SEED, DIRECTION_SEED, H = 0, 1, 1e-5
 _rng = np.random.default_rng(DATA_SEED)

@@ -12,13 +12,13 @@ recompute plans (``gr.trace_grad(loss, params, x, remat=...)``):
   and the backward recomputes the inside of segments 1-5 from it (the last segment is needed first,
   so it is not recomputed: torch.utils.checkpoint.checkpoint_sequential's rule);
 - ``selective``: keep matmul outputs, recompute the cheap elementwise rest;
-- ``mincut``: the fewest saved bytes by a min cut of the joint graph (if gradir.passes.mincut exists).
+- ``mincut``: the fewest saved bytes by a min cut of the joint graph (if gradir.passes.remat.mincut exists).
   Literally the fewest is none at all: recompute the whole forward from the inputs, at the first
   backward step, so every recomputed value is live at once and the peak does not drop. With
   ``forbid=("matmul",)`` (AOTAutograd's rule: never recompute compute-bound ops) it keeps as much
   as no recomputation does on this model;
 - ``optimal`` at the uniform plan's activation peak: the least recomputation whose peak fits in the
-  same memory (if gradir.passes.milp exists). On this model it cannot recompute less than uniform-6
+  same memory (if gradir.passes.remat.milp exists). On this model it cannot recompute less than uniform-6
   (see below), so it is also shown with room for one more activation;
 - and the same program with ``gr.checkpoint`` regions instead of a policy: pairs 0-4 checkpointed
   (what checkpoint_sequential does, so it equals uniform-6), and every other pair (0, 2, 4).

@@ -1,6 +1,6 @@
 """E. What backward keeps alive: saved tensors, the backward schedule and the memory plan.
 
-1. For each op, what its backward rule reads (asked of the rules themselves, gradir.rules).
+1. For each op, what its backward rule reads (asked of the rules themselves, gradir.core.rules).
 2. The saved-tensor report of L = tanh(a*b + a).
 3. The same expression on 3-vectors, L = sum(tanh(a*b + a)) in float64: the backward schedule
    step by step (each node's dependency count, the ready queue the engine picks from) and the
@@ -44,9 +44,9 @@ import textwrap
 import numpy as np
 
 import gradir as gr
+from gradir.core.rules import explain, vjp_reads, vjp_reads_by_operand
 from gradir.passes.memory import plan_memory
 from gradir.passes.report import human_bytes
-from gradir.rules import explain, vjp_reads, vjp_reads_by_operand
 
 WIDTH, BATCH, BLOCKS = 256, 32, 12
 MODELS = pathlib.Path(__file__).resolve().parent / "models"

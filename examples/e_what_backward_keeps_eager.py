@@ -32,9 +32,9 @@ import argparse
 import pathlib
 
 import gradir as gr
-from gradir.errors import FreedGraphError, VersionError
-from gradir.rules import explain_node
-from gradir.tensor import last_backward
+from gradir.core.errors import FreedGraphError, VersionError
+from gradir.core.rules import explain_node
+from gradir.eager.engine import last_backward
 
 
 def what_nodes_keep() -> dict:
@@ -126,9 +126,9 @@ def leaf_vs_non_leaf() -> dict:
 
 
 def write_diagrams(out, record) -> dict:
-    """The tape (as a forward graph) and the backward program of `record` (a tensor.BackwardRecord) as
+    """The tape (as a forward graph) and the backward program of `record` (a gradir.eager.record.BackwardRecord) as
     diagrams in `out`: .dot always, .svg when `dot` runs (otherwise its reason is printed). Atomic writes."""
-    from gradir.fileio import write_atomic
+    from gradir.util.fileio import write_atomic
     from gradir.viz.graphs import graph_diagram, render_svg
 
     written = {}

@@ -142,7 +142,7 @@ def plot_curves(path, q: dict) -> pathlib.Path:
     floor); written atomically."""
     from matplotlib.figure import Figure
 
-    from gradir.fileio import write_atomic
+    from gradir.util.fileio import write_atomic
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()

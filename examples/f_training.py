@@ -322,7 +322,7 @@ def plot_xor_curves(path, curves: dict) -> pathlib.Path:
     """Loss per step, gradient descent on every seed and Adam on seed 0, on a log axis; written atomically."""
     from matplotlib.figure import Figure
 
-    from gradir.fileio import write_atomic
+    from gradir.util.fileio import write_atomic
 
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()

@@ -47,8 +47,8 @@ from collections import Counter, defaultdict
 import numpy as np
 
 import gradir as gr
+from gradir.core.primitive import get_primitive
 from gradir.passes.report import value_names
-from gradir.primitive import get_primitive
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import i_small_decoder as DEC  # noqa: E402 - the small decoder of example I

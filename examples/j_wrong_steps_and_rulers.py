@@ -49,7 +49,7 @@ import sys
 import numpy as np
 
 import gradir as gr
-from gradir.errors import ShapeError
+from gradir.core.errors import ShapeError
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import f_makemore_backprop as F  # noqa: E402 - the model, the flattened forward and the hand backward (with its mistakes)

@@ -1,22 +1,28 @@
 """gradir: a graph compiler for automatic differentiation you can read, check and draw.
 
+The face: the public names, gathered from the layers (README, Layout); no module of the package imports it.
+
     import gradir as gr
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
-from gradir import amp, checks, display, distributed, dtypes, errors, nn, optim  # noqa: F401 - the gr.amp, gr.checks, gr.distributed, gr.nn, gr.optim namespaces
-from gradir.api import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
-from gradir.cache import clear_caches
-from gradir.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
-from gradir.errors import GradirError
+from gradir.api import checks, display  # noqa: F401 - gr.checks, a namespace
+from gradir.api.cache import clear_caches
+from gradir.api.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
+from gradir.api.transforms import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
+from gradir.core import dtypes, errors
+from gradir.core.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
+from gradir.core.errors import GradirError
+from gradir.core.ir import Graph, Value
+from gradir.core.trace import scope
+from gradir.eager.grad_mode import enable_grad, no_grad
+from gradir.eager.tensor import Tensor  # the eager front door
 from gradir.frontends import from_torch, torch_saved
-from gradir.ir import Graph, Value
 from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-level namespace
 from gradir.ops import __all__ as _ops_all
-from gradir.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
-from gradir.tensor import Tensor, enable_grad, no_grad  # noqa: F401 - the eager front door
-from gradir.trace import scope
-from gradir.train import train  # gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)
+from gradir.ops import nn  # noqa: F401 - gr.nn, a namespace
+from gradir.training import amp, distributed, optim
+from gradir.training.loop import train  # gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """`python -m gradir ...` runs the command line (same as the `gradir` script)."""
 
-from gradir.cli import app
+from gradir.cli.app import app
 
 app(prog_name="gradir")

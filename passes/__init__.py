@@ -2,19 +2,23 @@
 
 A pipeline is a list of (name, pass) pairs; `run_pipeline` applies them in order, verifies after
 each one, and can record the graph after every step for printing.
+
+Layer rule (gradir.passes): imports gradir.util, gradir.core, gradir.ops and passes below it, at the top of
+the module; never gradir.backends, gradir.viz or anything above them, and never the face `gradir`. The only
+lazy import is scipy's solver (passes/remat/model.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph
+from gradir.core.ir import Graph
 from gradir.passes.autodiff import joint_graph, needs_grad
 from gradir.passes.cleanup import cleanup, cse, dce, simplify
 from gradir.passes.forward_mode import jvp_graph
 from gradir.passes.lower import lower_composites
 from gradir.passes.partition import Partition, partition
+from gradir.util.gcpause import gc_paused
 
 DEFAULT_CLEANUP = [("lower_composites", lower_composites), ("simplify", simplify), ("cse", cse), ("dce", dce)]
 

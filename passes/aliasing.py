@@ -14,7 +14,7 @@ import math
 import weakref
 from typing import NamedTuple
 
-from gradir.ir import Graph, Value
+from gradir.core.ir import Graph, Value
 
 VIEW_OPS = frozenset({"broadcast_to", "transpose", "slice", "stop_gradient", "real", "imag", "reshape"})
 

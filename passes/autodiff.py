@@ -13,14 +13,15 @@ this spares the cleanup passes whole copies.
 
 from __future__ import annotations
 
-from gradir import dtypes
-from gradir.errors import NonDifferentiableError
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph, Value
+from gradir.core import dtypes
+from gradir.core.errors import NonDifferentiableError
+from gradir.core.ir import Graph, Value
+from gradir.core.primitive import REGISTRY, get_primitive
+from gradir.core.source import pop_source, push_source, source_of
+from gradir.core.trace import building
 from gradir.ops import add, zeros
 from gradir.passes.cleanup import live_values
-from gradir.primitive import REGISTRY, get_primitive
-from gradir.trace import _SOURCE_OVERRIDE, building, source_of
+from gradir.util.gcpause import gc_paused
 
 
 def needs_grad(graph: Graph, wrt: list[int]) -> set[Value]:
@@ -72,7 +73,6 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
     with building(joint):
         joint.copy_nodes(graph.nodes, env)  # the forward part: a copy (every node's type is known already)
         contributions: dict[Value, list[Value]] = {}
-        override = _SOURCE_OVERRIDE
         for o, ct in zip(graph.outputs, cts):
             if o in live:
                 contributions.setdefault(o, []).append(ct)
@@ -80,13 +80,13 @@ def joint_graph(graph: Graph, wrt: list[int] | None = None) -> Graph:
             cs = contributions.pop(n, None)
             if cs is None:
                 continue
-            override.append((n.source, n.scope))  # what `with source_of(n.source, n.scope)` does, per node
+            push_source(n.source, n.scope)  # what `with source_of(n.source, n.scope)` does, per node
             try:
                 g = cs[0] if len(cs) == 1 else accumulate(cs)
                 in_cts = (REGISTRY.get(n.op) or get_primitive(n.op)).vjp(g, env[n], *[env[i] for i in n.inputs],
                                                                         **n.attrs)
             finally:
-                override.pop()
+                pop_source()
             for operand, c in zip(n.inputs, in_cts):
                 if c is not None and operand in live:
                     if operand in contributions:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gradir.ir import Graph, Value
+from gradir.core.ir import Graph, Value
 from gradir.passes.report import Report, human_bytes, value_names
 from gradir.passes.text_table import Column
 

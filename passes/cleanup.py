@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradir.ir import Graph, Value, attrs_key, node_key
-from gradir.primitive import get_primitive
-from gradir.trace import bind, building, constant, current_graph, source_of
+from gradir.core.ir import Graph, Value, attrs_key, node_key
+from gradir.core.primitive import get_primitive
+from gradir.core.trace import bind, building, constant, current_graph, source_of
 
 FOLD_LIMIT = 64  # fold all-constant nodes whose result has at most this many elements
 

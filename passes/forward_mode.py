@@ -7,12 +7,12 @@ operands' tangents to its own; zero tangents are tracked symbolically (None) and
 
 from __future__ import annotations
 
-from gradir import dtypes
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph, Value
+from gradir.core import dtypes
+from gradir.core.ir import Graph, Value
+from gradir.core.primitive import get_primitive
+from gradir.core.trace import bind, building, constant, source_of
 from gradir.ops import zeros
-from gradir.primitive import get_primitive
-from gradir.trace import bind, building, constant, source_of
+from gradir.util.gcpause import gc_paused
 
 
 @gc_paused

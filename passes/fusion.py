@@ -14,8 +14,13 @@ The result is a `FusedProgram`: kernels in execution order, each covering some n
   nest runs; its result can be read only by later kernels.
 - ``matmul``: one matmul, run by BLAS (operand transposes become BLAS flags).
 - ``scatter``: `index_add` (the backward of a gather) and `index_update` (a write at integer indices).
-- ``numpy``: a node no compiled backend lowers (complex values, convolution folding, ...); it runs
-  on the NumPy reference, and the listing says so.
+- ``numpy``: a node the backend does not compute (complex values, convolution folding, an op missing from
+  the backend's table of the ops it renders, ...); it runs on the NumPy reference, and the listing says so.
+
+Which ops go into loops is read from the op library: a primitive whose rule table says
+``kind="elementwise"`` is computed per element; the few other ops a kernel computes are `KERNEL_OPS`.
+Each compiled backend declares the ops its renderer emits (a frozenset `RENDERS`, beside its expression
+emitter) and passes it to `fuse(graph, renders=...)`: what is not in it stays outside the kernels.
 
 Views (`broadcast_to`, `transpose`, `slice`, `reshape`, `stop_gradient`) of values in memory cost
 nothing: readers address the buffer they view with composed strides. A reshape NumPy could not
@@ -28,6 +33,7 @@ or in the caller's output array. `str(program)` is the kernel listing a learner 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -36,8 +42,9 @@ from itertools import chain
 from types import MappingProxyType
 from typing import NamedTuple
 
-from gradir import dtypes
-from gradir.ir import Graph, Value
+from gradir.core import dtypes
+from gradir.core.ir import Graph, Value
+from gradir.core.primitive import get_primitive
 from gradir.passes.aliasing import c_strides, view_strides
 from gradir.passes.memory import GREEDY_ORDERS, Buffer, best_fit, greedy_by_size, overlapping_pairs, overlaps
 from gradir.passes.report import human_bytes
@@ -48,11 +55,8 @@ REDUCTIONS = frozenset({"sum", "max", "min"})
 ARG_REDUCTIONS = frozenset({"argmax", "argmin"})  # row reductions only (over trailing axes)
 PLACEMENTS = frozenset({"pad", "concatenate", "update_slice"})  # each output element comes from one operand element
 LOOP_OPS = frozenset({"take", "check_classes"}) | ARG_REDUCTIONS | PLACEMENTS  # non-elementwise ops a loop computes
-ELEMENTWISE = frozenset({  # the elementwise primitives compiled backends lower (others run on NumPy)
-    "negative", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "rsqrt", "sin", "cos", "erf", "sign", "abs",
-    "stop_gradient", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "less", "less_equal",
-    "greater", "greater_equal", "equal", "not_equal", "remainder", "logical_and", "logical_or", "logical_not",
-    "where", "convert"})
+KERNEL_OPS = REDUCTIONS | LOOP_OPS | {"matmul", "index_add", "index_update"}  # the ops fusion places besides views and
+# the elementwise ones (those whose primitive says kind="elementwise"); a backend's table says which it renders
 ALIGN = 64  # arena buffers start at multiples of this (a cache line; every dtype's alignment)
 MAX_KERNEL_NODES = 64  # a longer chain starts a new kernel: LLVM's optimizer is superlinear in a loop body's size
 GREEDY_PAIRS = 100_000  # buffers alive together up to which greedy placements are tried besides best fit (their cost)
@@ -208,8 +212,9 @@ def _identity(r: int) -> tuple:
 # -- grouping ---------------------------------------------------------------------------------------
 
 class _Fuser:
-    def __init__(self, graph: Graph, order):
+    def __init__(self, graph: Graph, order, renders: frozenset[str] | None = None):
         self.graph = graph
+        self.renders = renders
         self.order = list(graph.nodes if order is None else order)
         self.kernels: list[Kernel] = []
         self.kernel_of: dict[Value, Kernel] = {}
@@ -282,32 +287,37 @@ class _Fuser:
         self.access[v] = acc
         return True
 
-    @staticmethod
-    def _lowerable(n: Value) -> bool:
-        """Whether the compiled backends compute n (else it runs on the NumPy reference)."""
+    def _lowerable(self, n: Value) -> bool:
+        """Whether the backend computes n (else it runs on the NumPy reference): its dtypes are lowered, fusion
+        knows where it goes (a view, an elementwise primitive, one of KERNEL_OPS) and the backend renders it."""
         if n.dtype not in LOWERED_DTYPES:
             return False
         for u in n.inputs:
             if u.dtype not in LOWERED_DTYPES:
                 return False
         op = n.op
-        if op == "power" and not dtypes.is_float(n.dtype) or \
-                op == "convert" and n.dtype in (dtypes.float16, dtypes.bfloat16) and n.inputs[0].dtype == dtypes.float64:
+        if op == "power" and not dtypes.is_float(n.dtype) or op == "convert" and _rounds_twice(n):
             return False  # NumPy's wrapping integer powers; float64 -> 16-bit floats would round twice through float32
-        return op in _LOWERED_OPS
+        if op in VIEWS:
+            return True
+        renders = self.renders
+        return (op in KERNEL_OPS or is_elementwise(op)) and (renders is None or op in renders)
 
-    @staticmethod
-    def _why_not(n: Value) -> str:
-        if n.op in ARG_REDUCTIONS and n.dtype in LOWERED_DTYPES:
-            return f"{n.op} over a non-trailing axis is not lowered"
-        if n.op == "power":
-            return "integer power is not lowered"
-        if n.op == "convert":
-            return f"float64 -> {dtypes.short(n.dtype)} is not lowered"
+    def _why_not(self, n: Value) -> str:
+        op = n.op
         bad = [v.dtype for v in (n, *n.inputs) if v.dtype not in LOWERED_DTYPES]
         if bad:
             return f"dtype {dtypes.short(bad[0])} is not lowered"
-        return f"{n.op} is not lowered"
+        if op == "power" and not dtypes.is_float(n.dtype):
+            return "integer power is not lowered"
+        if op == "convert" and _rounds_twice(n):
+            return f"float64 -> {dtypes.short(n.dtype)} is not lowered"
+        if op not in VIEWS and (op in KERNEL_OPS or is_elementwise(op)) and self.renders is not None \
+                and op not in self.renders:
+            return f"{op} is not rendered by this backend"
+        if op in ARG_REDUCTIONS:
+            return f"{op} over a non-trailing axis is not lowered"
+        return f"{op} is not lowered"
 
     def _new(self, kind, n, domain=(), note="") -> Kernel:
         k = Kernel(len(self.kernels), kind, [n], domain if type(domain) is tuple else tuple(domain),
@@ -463,7 +473,16 @@ class _Fuser:
         self.kernel_of[n] = k
 
 
-_LOWERED_OPS = ELEMENTWISE | REDUCTIONS | LOOP_OPS | VIEWS | {"matmul", "index_add", "index_update"}
+@functools.cache
+def is_elementwise(op: str) -> bool:
+    """Whether primitive `op` is elementwise, as its rule table says (Primitive.kind): one output element from
+    the operands' elements at the same index, so a loop computes it in registers."""
+    return get_primitive(op).kind == "elementwise"
+
+
+def _rounds_twice(n: Value) -> bool:
+    """A float64 -> float16/bfloat16 convert: computed through float32, it would round twice."""
+    return n.dtype in (dtypes.float16, dtypes.bfloat16) and n.inputs[0].dtype == dtypes.float64
 
 
 def _trailing_axis(n: Value) -> bool:
@@ -513,10 +532,14 @@ def in_kernel_value(k: Kernel, u: Value) -> Value | None:
 
 # -- materialization and the arena -----------------------------------------------------------------
 
-def fuse(graph: Graph, order: list[Value] | None = None) -> FusedProgram:
+def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str] | None = None) -> FusedProgram:
     """Group `graph`'s nodes (run in `order`, a schedule; default graph order) into kernels, decide
-    which values are stored, and place the stored intermediates in one arena."""
-    fuser = _Fuser(graph, order)
+    which values are stored, and place the stored intermediates in one arena.
+
+    `renders` is the table of ops the backend renders (each compiled backend declares its `RENDERS`): a node
+    whose op is not in it gets a NumPy fallback kernel of its own, and the listing says so. None: every op
+    fusion can place (the elementwise primitives and KERNEL_OPS), the kernels as no backend limits them."""
+    fuser = _Fuser(graph, order, renders)
     kernels = fuser.run()
     kernel_of, access = fuser.kernel_of, fuser.access
 

@@ -4,9 +4,9 @@ the graph by then."""
 
 from __future__ import annotations
 
-from gradir.ir import Graph
+from gradir.core.ir import Graph
+from gradir.core.primitive import get_primitive
 from gradir.passes.cleanup import _rebuild
-from gradir.primitive import get_primitive
 
 
 def lower_composites(graph: Graph) -> Graph:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate
 
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph, Value
+from gradir.core.ir import Graph, Value
 from gradir.passes.aliasing import owners as storage_owners
 from gradir.passes.report import Report, human_bytes, value_name
 from gradir.passes.text_table import Column
+from gradir.util.gcpause import gc_paused
 
 
 @dataclass(slots=True)

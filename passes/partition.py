@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph, Value, topo_values
+from gradir.core.ir import Graph, Value, topo_values
+from gradir.util.gcpause import gc_paused
 
 RECOMPUTE = "recompute"  # scope marking the backward's copies of recomputed forward nodes
 

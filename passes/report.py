@@ -110,9 +110,13 @@ def value_names(graph) -> dict:
     return names
 
 
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"
+def human_bytes(n: int, exact: bool = False) -> str:
+    """Bytes in binary units ("1.21 KiB"); `exact` puts the byte count first ("1,234 B (1.21 KiB)")."""
+    scaled = "B"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            scaled = f"{n / scale:.2f} {unit}"
+            break
+    if scaled == "B":
+        return f"{n:,} B" if exact else f"{n:.0f} B"
+    return f"{n:,} B ({scaled})" if exact else scaled

@@ -4,7 +4,7 @@ For a `Partition` every residual (a forward value the backward reads) gets one e
 the forward graph (`%k`, or the input's name), type, bytes; its kind (`input`: a parameter or data
 argument, no new memory; `activation`: a buffer forward allocated and must now keep; `view`: shares
 another value's storage, per `passes.aliasing`); its producer; the backward ops that read it; the
-forward nodes whose VJP rules need it with the reason from `gradir.rules` ("%4 = tanh: tanh keeps
+forward nodes whose VJP rules need it with the reason from `gradir.core.rules` ("%4 = tanh: tanh keeps
 its output"); and its last use in the backward order.
 
 Accounting rule for `bytes` (new memory): activations count their size; inputs count 0; a view
@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from gradir import dtypes
-from gradir.ir import Graph, Value
+from gradir.core import dtypes
+from gradir.core.ir import Graph, Value
+from gradir.core.rules import OUTPUT, explain, node_reads
 from gradir.passes.aliasing import VIEW_OPS, owners
 from gradir.passes.autodiff import needs_grad
 from gradir.passes.partition import Partition
 from gradir.passes.report import Report, human_bytes, value_name
 from gradir.passes.text_table import Column
-from gradir.rules import OUTPUT, explain, node_reads
 
 READERS_SHOWN = 8  # backward readers listed per saved value in text (to_dict has all)
 NO_RULE = "read by backward directly (no single forward rule keeps it: a fused rule, or a value shared by both passes)"

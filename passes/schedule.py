@@ -23,13 +23,14 @@ import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from gradir.errors import GradirError, VerifyError
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph, Value
+from gradir.core.errors import GradirError, VerifyError
+from gradir.core.ir import Graph, Value
+from gradir.core.trace import user_source
 from gradir.passes.aliasing import owners as storage_owners
+from gradir.passes.memory import plan_memory
 from gradir.passes.report import Report, human_bytes, value_names
 from gradir.passes.text_table import Column
-from gradir.trace import user_source
+from gradir.util.gcpause import gc_paused
 
 POLICIES = ("engine", "memory")
 QUEUE_SHOWN = 8  # ready-queue entries and decremented counts listed per step in text (JSON has all)
@@ -164,8 +165,6 @@ def schedule(graph: Graph, policy: str = "engine", owned_inputs=()) -> Schedule:
     owner = storage_owners(graph)
     greedy = _memory_order(graph, _Buffers(graph, owner, owned_inputs))
     # greedy is myopic: where it ends up peaking above engine order, engine order is kept
-    from gradir.passes.memory import plan_memory
-
     greedy_peak, engine_peak = (plan_memory(graph, order, owned_inputs=owned_inputs, owner=owner,
                                             layout=False).peak_bytes for order in (greedy, engine))
     if engine_peak < greedy_peak:

@@ -65,12 +65,12 @@ def eager_backend(request):
     """Run a module's tests on each backend: eager transformations executed by the NumPy interpreter, then
     by the LLVM backend and the Triton backend (each graph compiled first; Triton's kernels under its CPU
     interpreter), so every compiled backend meets every op test's oracle."""
-    import gradir.api
+    import gradir.api.transforms
 
     if request.param == "triton" and triton_missing():
         pytest.skip(triton_missing())
 
-    before = gradir.api.EAGER_BACKEND
-    gradir.api.EAGER_BACKEND = request.param
+    before = gradir.api.transforms.EAGER_BACKEND
+    gradir.api.transforms.EAGER_BACKEND = request.param
     yield request.param
-    gradir.api.EAGER_BACKEND = before
+    gradir.api.transforms.EAGER_BACKEND = before

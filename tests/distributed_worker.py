@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 import gradir as gr
-from gradir.distributed import tree_digest
+from gradir.training.distributed import tree_digest
 
 COUNTS = [(3, 4, 0), (4, 3, 0), (0, 3, 4)]  # examples per rank in each step (7 in all): unequal, one empty
 STEPS = 24

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gradir as gr
-from gradir.errors import GradirError
+from gradir.core.errors import GradirError
 
 torch = pytest.importorskip("torch")
 

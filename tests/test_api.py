@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 import gradir as gr
 from gradir.backends import compile_graph, run
-from gradir.errors import GradirError
+from gradir.core.errors import GradirError
 from tests.random_programs import make_inputs, programs
 from tests.random_programs import run as run_program
 
@@ -161,7 +161,7 @@ def test_a_one_element_output_of_any_shape_is_differentiated_like_torch(shape):
 
 @pytest.mark.parametrize("shape", [(3,), (1, 3)])
 def test_a_many_element_output_is_refused_by_both_as_by_torch(shape):
-    from gradir.errors import ShapeError
+    from gradir.core.errors import ShapeError
 
     x = np.array([0.3, -1.2, 2.0])
 
@@ -178,7 +178,7 @@ def test_a_many_element_output_is_refused_by_both_as_by_torch(shape):
     assert grad_error.value.op == "grad" and backward_error.value.op == "backward"
 
 
-# -- eager transformations cache their graphs per input signature (gradir.cache) -------------------
+# -- eager transformations cache their graphs per input signature (gradir.api.cache) -------------------
 
 def test_grad_vjp_jvp_trace_once_per_signature_and_clear_caches_retraces():
     traces = []
@@ -205,7 +205,7 @@ def test_grad_vjp_jvp_trace_once_per_signature_and_clear_caches_retraces():
     assert len(traces) == 6
     np.testing.assert_allclose(back(1.0)[0], first)
     np.testing.assert_allclose(t, first.sum())
-    from gradir.cache import cache_size
+    from gradir.api.cache import cache_size
 
     assert cache_size(f) == 2
     gr.clear_caches()
@@ -246,7 +246,7 @@ def test_cached_grad_inside_a_trace_is_not_reused_with_captured_values():
 
 
 def test_big_cached_graphs_are_compiled_once_and_agree_with_the_interpreter():
-    from gradir.api import INTERPRET_NODES
+    from gradir.api.transforms import INTERPRET_NODES
     from gradir.backends import run
 
     def chain(x):
@@ -257,9 +257,11 @@ def test_big_cached_graphs_are_compiled_once_and_agree_with_the_interpreter():
     x = np.linspace(-1, 1, 6)
     g = gr.value_and_grad(chain)
     value, grad = g(x)
-    from gradir.api import _grad_graph, _prepare
+    from gradir.api.args import prepare
+    from gradir.api.options import NO_OPTIONS
+    from gradir.api.transforms import _grad_graph
 
-    graph = _grad_graph(chain, _prepare(chain, (x,)), 0, "grad")[0]
+    graph = _grad_graph(chain, prepare(chain, (x,)), 0, "grad", NO_OPTIONS)[0]
     assert len(graph.nodes) > INTERPRET_NODES
     ref_value, ref_grad = run(graph, [x])  # the NumPy interpreter, node by node
     np.testing.assert_array_equal(value, ref_value)

@@ -10,8 +10,8 @@ import torch
 from typer.testing import CliRunner
 
 import gradir as gr
-from gradir.cli import app
-from gradir.errors import DTypeError, GradirError, NonDifferentiableError, ShapeError
+from gradir.cli.app import app
+from gradir.core.errors import DTypeError, GradirError, NonDifferentiableError, ShapeError
 
 HERE = "test_argument_checks.py"
 

@@ -12,7 +12,7 @@ from conftest import triton_missing
 
 import gradir as gr
 from gradir.backends.loops import LoopPlan
-from gradir.errors import LoweringError
+from gradir.core.errors import LoweringError
 from gradir.passes.fusion import Kernel
 
 torch = pytest.importorskip("torch")
@@ -92,7 +92,7 @@ def test_plan_gives_size1_axes_no_loop_and_merges_only_contiguous_axes():
     assert plan.terms([0, 7, 0]) == []               # moves only along the size-1 axis: no term at all
 
 
-@pytest.mark.parametrize("backend, module, method", [("llvm", "gradir.backends.llvm.codegen", "LoopKernel"),
+@pytest.mark.parametrize("backend, module, method", [("llvm", "gradir.backends.llvm.kernels", "LoopKernel"),
                                                      ("triton", "gradir.backends.triton.codegen", "LoopSource")])
 def test_a_renderer_failure_is_a_located_gradir_error(backend, module, method, monkeypatch):
     """A renderer's own bug surfaces as a LoweringError naming the op it was lowering and the user's line."""

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import gradir as gr
-from gradir.cli import app
+from gradir.cli.app import app
 from gradir.passes.buckets import plan_buckets
-from gradir.pytree import tree_flatten
+from gradir.util.pytree import tree_flatten
 
 RNG = np.random.default_rng(0)
 LAYERS, WIDTH = 4, 16

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import gradir as gr
-from gradir import checks
-from gradir.errors import GradirError, ShapeError
+from gradir.api import checks
+from gradir.core.errors import GradirError, ShapeError
+from gradir.core.primitive import REGISTRY, Primitive, register
+from gradir.core.trace import bind
 from gradir.ops.elementwise import INEXACT, _check_dtype
 from gradir.ops.lifting import lift
-from gradir.primitive import REGISTRY, Primitive, register
-from gradir.trace import bind
 
 # -- numeric gradients against analytic derivatives -----------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The `gradir` command line and the model-file convention (gradir.cli, gradir.specs).
+"""The `gradir` command line and the model-file convention (gradir.cli.app, gradir.api.specs).
 
 The printed IR is checked by parsing it back and *running* it: the forward and backward programs
 the CLI prints must compute TEACHING.md A's figures and PyTorch's float64 gradients of the MLP.
@@ -19,12 +19,13 @@ import torch
 from typer.testing import CliRunner
 
 import gradir as gr
+from gradir.api.specs import TensorSpec, default_argnums, example_args, resolve_example
 from gradir.backends import run
-from gradir.cli import app, load_target
-from gradir.errors import ModelFileError
+from gradir.cli import app as cli_app
+from gradir.cli.app import app, load_target
+from gradir.core.errors import ModelFileError
 from gradir.passes import run_pipeline
 from gradir.passes.fusion import VIEWS
-from gradir.specs import TensorSpec, default_argnums, example_args, resolve_example
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TANH = REPO / "examples" / "models" / "tanh_scalar.py"
@@ -260,7 +261,7 @@ def test_check_fails_when_autodiff_and_differences_disagree(tmp_path):
     assert "lying.py" in err and "gradcheck failed" in err
 
 
-# -- gradir.specs --------------------------------------------------------------------------------------
+# -- gradir.api.specs --------------------------------------------------------------------------------------
 
 
 def test_spec_shapes_dtypes_and_examples():
@@ -311,7 +312,7 @@ def test_example_inputs_tuple_and_dict(tmp_path):
 def test_schedule_and_memory_commands_give_the_api_reports(policy):
     import json
 
-    from gradir.cli import load_target
+    from gradir.cli.app import load_target
 
     t = load_target(str(MLP), None, None)
     j = gr.trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy)
@@ -433,7 +434,7 @@ def test_an_integer_argument_chosen_with_argnums_names_the_function(tmp_path):
 
 
 def test_a_one_element_loss_of_shape_1_1_is_traced_and_checked(tmp_path):
-    """gradir.seed's rule (one element, any shape, as torch's backward()): central differences judge it."""
+    """gradir.core.seed's rule (one element, any shape, as torch's backward()): central differences judge it."""
     path = _write(tmp_path, "boxed.py", "import gradir as gr\n\n\ndef loss(x: gr.f64[3]):\n"
                   "    return gr.sum(x * x * x).reshape(1, 1)\n")
     checked = runner.invoke(app, ["check", path])
@@ -511,7 +512,7 @@ def test_ctrl_c_while_tracing_writes_nothing_and_keeps_the_earlier_run(tmp_path,
 
     def interrupt(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setattr(gr, "trace_grad", interrupt)
+    monkeypatch.setattr(cli_app, "trace_grad", interrupt)  # where the command looks it up
     result = runner.invoke(app, ["trace", str(TANH), "--viz", "--out", str(tmp_path)])
     assert result.exit_code == 130
     assert f"gradir: interrupted; nothing was written into {tmp_path} (an earlier run's files there are untouched)" \
@@ -573,7 +574,7 @@ def test_limit_summarizes_and_says_how_to_see_everything():
 
 
 def test_a_terminal_gets_a_summary_that_fits_and_full_gets_every_row(monkeypatch):
-    from gradir import cli_reports
+    from gradir.cli import reports as cli_reports
 
     j = _mlp_trace()
     monkeypatch.setattr(cli_reports, "TERMINAL_ROWS", 10)

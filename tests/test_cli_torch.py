@@ -1,4 +1,4 @@
-"""PyTorch model files on the command line (gradir.cli_torch): `model()` returns an nn.Module, `example_inputs()`
+"""PyTorch model files on the command line (gradir.cli.torch_models): `model()` returns an nn.Module, `example_inputs()`
 its arguments then the loss's targets, `loss(output, *targets)` the scalar. The function the CLI builds is checked
 against PyTorch autograd in float64; the reports name parameters by module path."""
 
@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gradir as gr
-from gradir.cli import CLIError, app, load_target
+from gradir.cli.app import CLIError, app, load_target
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GPT = REPO / "examples" / "models" / "torch_gpt.py"
@@ -95,7 +95,7 @@ def test_check_takes_a_big_model_along_random_directions_and_finds_a_wrong_gradi
     bad.write_text("import gradir as gr\nimport numpy as np\n"
                    "def loss(w):\n    return gr.sum(gr.stop_gradient(w) * w)\n"
                    "def example_inputs():\n    return (np.linspace(0.5, 1.5, 12),)\n")
-    monkeypatch.setattr("gradir.cli.CHECK_EVERY_UP_TO", 4)
+    monkeypatch.setattr("gradir.cli.app.CHECK_EVERY_UP_TO", 4)
     done = runner.invoke(app, ["check", str(bad)])
     assert done.exit_code == 1 and "direction" in done.stderr, done.output
     done = runner.invoke(app, ["check", str(bad), "--all"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import gradir as gr
-from gradir.errors import DTypeError
+from gradir.core.errors import DTypeError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 NUMPY_DTYPES = [np.bool_, np.int32, np.int64, np.float16, np.float32, np.float64, np.complex128]
@@ -265,3 +265,16 @@ def test_mixed_precision_gradients_keep_each_input_dtype():
     assert g32.dtype == np.float32 and g64.dtype == np.float64
     np.testing.assert_array_equal(g32, x64.astype(np.float32))
     np.testing.assert_array_equal(g64, x32.astype(np.float64))
+
+
+def test_torch_bfloat16_grad_and_tensor():
+    xt = torch.tensor([0.5, 1.25, -2.0], dtype=torch.bfloat16)
+    g = gr.grad(lambda a: gr.sum(a * a * a))(xt)
+    assert isinstance(g, torch.Tensor) and g.dtype == torch.bfloat16
+    want = 3 * xt.float() ** 2
+    torch.testing.assert_close(g.float(), want, rtol=1e-2, atol=1e-2)
+    t = gr.Tensor(xt)
+    assert t.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(np.asarray(t.data).astype(np.float32), xt.float().numpy())
+    y = gr.compile(lambda a: a * 2.0)(torch.tensor(1.5, dtype=torch.bfloat16))  # 0-d round trip
+    assert y.dtype == torch.bfloat16 and y.item() == 3.0

@@ -1,12 +1,12 @@
 """The eager backward engine: Tensor.backward() walks the tape in reverse and runs each node's VJP
-rule, traced and compiled once per signature (gradir.tape_rules)."""
+rule, traced and compiled once per signature (gradir.eager.tape_rules)."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import gradir as gr
-from gradir.tensor import _reachable
+from gradir.eager.engine import _reachable
 
 
 def chain(x, n: int):

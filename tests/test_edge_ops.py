@@ -13,7 +13,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import gradir as gr  # noqa: E402
-from gradir.errors import AxisError  # noqa: E402
+from gradir.core.errors import AxisError  # noqa: E402
 
 # torch.export's own deprecation noise (its TreeSpec copying), not ours
 pytestmark = pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\).*:FutureWarning")

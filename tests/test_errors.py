@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gradir as gr
-from gradir.errors import (
+from gradir.core.errors import (
     AxisError,
     DTypeError,
     GradirError,
@@ -19,7 +19,7 @@ from gradir.errors import (
     TraceError,
     UnsupportedOpError,
 )
-from gradir.primitive import get_primitive
+from gradir.core.primitive import get_primitive
 
 HERE = os.path.basename(__file__)
 
@@ -318,7 +318,7 @@ def test_errors_are_also_standard_exception_types():
 
 
 def test_run_time_failures_are_gradir_errors_naming_the_node():
-    from gradir.errors import ExecutionError
+    from gradir.core.errors import ExecutionError
 
     f = gr.compile(lambda x, idx: gr.sum(x[idx]))
     with pytest.raises(ExecutionError) as ei:
@@ -339,7 +339,7 @@ def test_malformed_axes_and_shapes_are_gradir_errors(call):
 
 
 def test_calling_with_the_wrong_number_of_arguments_is_a_gradir_error():
-    from gradir.errors import TraceError
+    from gradir.core.errors import TraceError
 
     with pytest.raises(TraceError, match="cannot call") as ei:
         gr.compile(lambda a, b: a * b)(1.0)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from examples_util import load, run
 
-from gradir.errors import ShapeError
+from gradir.core.errors import ShapeError
 
 torch = pytest.importorskip("torch")
 from test_example_f_makemore import torch_intermediates as f_torch_intermediates  # noqa: E402 - needs torch

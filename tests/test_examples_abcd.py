@@ -11,8 +11,8 @@ import torch
 from examples_util import load, run
 
 import gradir as gr
+from gradir.core.primitive import REGISTRY, Primitive, register
 from gradir.ops.elementwise import INEXACT, _check_dtype
-from gradir.primitive import REGISTRY, Primitive, register
 
 
 def close(x, expected, decimals):

@@ -20,7 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 import torch.utils._pytree as torch_pytree  # noqa: E402
 
 import gradir as gr  # noqa: E402
-from gradir.errors import TraceError, UnsupportedOpError  # noqa: E402
+from gradir.core.errors import TraceError, UnsupportedOpError  # noqa: E402
 
 RTOL = 1e-10
 # torch.export's own deprecation noise (its TreeSpec copying), not ours

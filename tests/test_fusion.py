@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 import gradir as gr
-from gradir.ir import Graph
+from gradir.core.ir import Graph
 from gradir.passes import run_pipeline
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, fuse
 from tests.random_programs import make_inputs, programs, run

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import gradir as gr
-from gradir.errors import DTypeError, InPlaceError, ShapeError, TraceError, UnsupportedOpError
-from gradir.ir import Graph
+from gradir.core.errors import DTypeError, InPlaceError, ShapeError, TraceError, UnsupportedOpError
+from gradir.core.ir import Graph
 from gradir.ops.update import setitem
 
 GR = types.SimpleNamespace(fresh=lambda x: x * 1.0, input=lambda x: x, tanh=gr.tanh, exp=gr.exp)

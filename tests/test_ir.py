@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 
 import gradir as gr
-from gradir.errors import IRParseError, VerifyError
-from gradir.ir import Graph
+from gradir.core.errors import IRParseError, VerifyError
+from gradir.core.ir import Graph
 from gradir.passes import cse, dce, joint_graph, jvp_graph, lower_composites, partition, run_pipeline, simplify
 from tests.random_programs import make_inputs, programs, run
 

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 import gradir as gr
 from gradir.backends.llvm import backend as llvm_backend
 from gradir.backends.llvm.codegen import ModuleBuilder
-from gradir.errors import ExecutionError
+from gradir.core.errors import ExecutionError
 from tests.random_programs import make_inputs, programs
 from tests.random_programs import run as run_program
 

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import gradir as gr
-from gradir import nn
-from gradir.errors import GradirError, ShapeError, UnsupportedOpError
-from gradir.ir import Graph
+from gradir.core.errors import GradirError, ShapeError, UnsupportedOpError
+from gradir.core.ir import Graph
+from gradir.ops import nn
 
 RTOL, ATOL = 1e-9, 1e-11
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import gradir as gr
-from gradir import nn
-from gradir.errors import GradirError, ShapeError, UnsupportedOpError
+from gradir.core.errors import GradirError, ShapeError, UnsupportedOpError
+from gradir.ops import nn
 
 RTOL, ATOL = 1e-10, 1e-12
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_ops import check_jvp, check_second_order  # the same JVP and Hessian-vector oracles
 
 import gradir as gr
-from gradir.errors import ShapeError, UnsupportedOpError
+from gradir.core.errors import ShapeError, UnsupportedOpError
 
 RTOL, ATOL = 1e-12, 1e-12
 

@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gradir as gr  # noqa: E402
-from gradir.errors import GradirError, ShapeError  # noqa: E402
-from gradir.pytree import tree_flatten  # noqa: E402
+from gradir.core.errors import GradirError, ShapeError  # noqa: E402
+from gradir.util.pytree import tree_flatten  # noqa: E402
 
 O, S = torch.optim, torch.optim.lr_scheduler
 STEPS = 50
@@ -226,7 +226,7 @@ def test_state_layout_is_a_dict_of_arrays(tmp_path):
     np.savez(tmp_path / "state.npz", *leaves)
     with np.load(tmp_path / "state.npz") as f:
         loaded = [f[f"arr_{i}"] for i in range(len(leaves))]
-    from gradir.pytree import tree_unflatten
+    from gradir.util.pytree import tree_unflatten
 
     g = gr.grad(loss_gr)(params, X, Y)
     a = opt.update(g, state, params)

@@ -8,7 +8,7 @@ import numpy as np
 
 import gradir as gr
 from gradir.backends import run
-from gradir.ir import Graph
+from gradir.core.ir import Graph
 from gradir.passes import cleanup, cse, dce, joint_graph, simplify
 
 

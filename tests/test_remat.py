@@ -1,4 +1,4 @@
-"""Recompute planning (gradir.passes.remat, gr.checkpoint, trace_grad/compile(remat=), `gradir memory --remat`).
+"""Recompute planning (gradir.passes.remat.plan, gr.checkpoint, trace_grad/compile(remat=), `gradir memory --remat`).
 
 Gradients under every plan must equal the unplanned ones bitwise (NumPy backend, float64): a plan
 only decides what is kept and what is computed again, never how. The unplanned gradients are checked
@@ -22,10 +22,10 @@ from typer.testing import CliRunner
 
 import gradir as gr
 from gradir.backends import run
-from gradir.cli import CLIError, app, parse_size
-from gradir.errors import GradirError
+from gradir.cli.app import CLIError, app, parse_size
+from gradir.core.errors import GradirError
 from gradir.passes.partition import RECOMPUTE, forward_values
-from gradir.passes.remat import blocks, in_checkpoint
+from gradir.passes.remat.plan import blocks, in_checkpoint
 
 EXAMPLES = int(os.environ.get("GRADIR_REMAT_EXAMPLES", 40))  # more for a longer search
 
@@ -385,14 +385,14 @@ def test_memory_rejects_bad_remat_options_in_one_line(chain_file, args, message)
 def test_budget_error_is_one_line_with_exit_2(chain_file, monkeypatch):
     """A planner's failure (the MILP's "budget below the smallest feasible peak") reaches the user as
     one line and exit code 2; here a stand-in planner raises it, with a two-line message."""
-    import gradir.errors
-    import gradir.passes.remat as remat
+    import gradir.api.transforms as transforms  # where trace_grad looks the planner up
+    import gradir.core.errors
 
-    error = getattr(gradir.errors, "BudgetError", GradirError)
+    error = getattr(gradir.core.errors, "BudgetError", GradirError)
 
     def refuse(joint, policy="none", memory_budget=None, **options):
         raise error(f"budget {memory_budget} B is below the smallest feasible peak\n(minimum: 160 B)", op="remat")
-    monkeypatch.setattr(remat, "plan_remat", refuse)
+    monkeypatch.setattr(transforms, "plan_remat", refuse)
     result = _invoke("memory", chain_file, "--remat", "optimal", "--budget", "100")
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "budget 100 B is below the smallest feasible peak (minimum: 160 B)" in result.stderr

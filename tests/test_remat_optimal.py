@@ -1,4 +1,4 @@
-"""The mincut and optimal recompute policies (passes/mincut.py, passes/milp.py) and revolve (passes/revolve.py).
+"""The mincut and optimal recompute policies (passes/remat/mincut.py, passes/remat/milp.py) and revolve (passes/remat/revolve.py).
 
 Oracles: exhaustive enumeration of every saved set through `remat.evaluate` (the least saved bytes a
 min cut must reach, the cheapest plan within each budget the MILP must find, the least reachable
@@ -22,12 +22,12 @@ from random_programs import apply_step, make_inputs, programs
 from test_remat import internal_values, make_program, scoped_programs, sum_of
 
 import gradir as gr
-import gradir.passes.milp as milp
-from gradir.errors import BudgetError, GradirError
-from gradir.passes.mincut import plan_mincut
+import gradir.passes.remat.milp as milp
+from gradir.core.errors import BudgetError, GradirError
 from gradir.passes.partition import partition
-from gradir.passes.remat import RematPlan, candidates, evaluate, plan_remat
-from gradir.passes.revolve import beta, block_calls, revolve_schedule, revolve_steps
+from gradir.passes.remat.mincut import plan_mincut
+from gradir.passes.remat.plan import RematPlan, candidates, evaluate, plan_remat
+from gradir.passes.remat.revolve import beta, block_calls, revolve_schedule, revolve_steps
 
 # -- models ----------------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""What backward keeps: gradir.rules (what each VJP rule reads) and the saved-tensor report
+"""What backward keeps: gradir.core.rules (what each VJP rule reads) and the saved-tensor report
 (passes/saved.py), checked against hand derivations and against the tensors PyTorch's autograd
 saves (counted with torch.autograd.graph.saved_tensors_hooks)."""
 
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import gradir as gr
+from gradir.core.rules import OUTPUT, explain, vjp_reads, vjp_reads_by_operand
 from gradir.passes import joint_graph, partition, run_pipeline
 from gradir.passes.saved import SavedReport, saved_tensors
-from gradir.rules import OUTPUT, explain, vjp_reads, vjp_reads_by_operand
 
 F64 = np.dtype(np.float64)
 

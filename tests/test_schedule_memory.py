@@ -11,6 +11,7 @@ from hypothesis import given, settings
 import gradir as gr
 from gradir.backends import compile_graph
 from gradir.passes.memory import plan_memory
+from gradir.passes.report import human_bytes
 from gradir.passes.schedule import POLICIES, schedule
 from tests.random_programs import make_inputs, programs, run
 
@@ -166,7 +167,7 @@ def test_one_step_numbering_across_schedule_memory_and_saved():
     assert k >= 0 and m.phases[m.peak_step] == "backward"
     node = s.order[k]
     name = f"%{j.backward.number(node)}"
-    assert f"peak {gr.passes.report.human_bytes(m.peak_bytes)} at backward step {k} ({name} {node.op})" in str(m)
+    assert f"peak {human_bytes(m.peak_bytes)} at backward step {k} ({name} {node.op})" in str(m)
     row = next(line.split() for line in s.text(width=None).splitlines() if line.split()[:2] == [str(k), name])
     assert row[2] == node.op
     # the saved report's last use is the backward step of the last reader in that same order

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import gradir as gr
-from gradir.errors import FreedGraphError, GradirError, NonDifferentiableError, ShapeError, VersionError
-from gradir.tensor import AccumulateGrad, last_backward
+from gradir.core.errors import FreedGraphError, GradirError, NonDifferentiableError, ShapeError, VersionError
+from gradir.eager.engine import last_backward
+from gradir.eager.tape import AccumulateGrad
 
 
 def pair(values, requires_grad=True):

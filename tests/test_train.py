@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import gradir as gr
-from gradir.errors import GradirError
-from gradir.pytree import tree_flatten
-from gradir.train import CheckpointError, load_checkpoint, save_checkpoint
+from gradir.core.errors import GradirError
+from gradir.training.loop import CheckpointError, load_checkpoint, save_checkpoint
+from gradir.util.pytree import tree_flatten
 
 
 class StandInSGD:
-    """Plain SGD with gradir.optim's shape (init / pure update), so these tests do not depend on gr.optim."""
+    """Plain SGD with gradir.training.optim's shape (init / pure update), so these tests do not depend on gr.optim."""
 
     def __init__(self, lr: float):
         self.lr = lr
@@ -274,7 +274,7 @@ def test_a_failed_save_leaves_no_temporary_file_and_keeps_the_old_checkpoint(tmp
         f.write(b"PK\x03\x04 half an archive")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(np, "savez", failing_savez)  # by object: "gradir.train" on the package is the function
+    monkeypatch.setattr(np, "savez", failing_savez)  # by object: "gradir.training.loop" on the package is the function
     with pytest.raises(OSError, match="No space left"):
         gr.train(mlp_loss, params, StandInSGD(0.1), batch, steps=4, checkpoint=path, progress=False, backend="numpy")
     assert [p.name for p in tmp_path.iterdir()] == ["keep.npz"] and path.read_bytes() == before

@@ -22,6 +22,7 @@ import pytest
 
 import gradir as gr
 from gradir import viz
+from gradir.passes.report import human_bytes
 
 SVG = "{http://www.w3.org/2000/svg}"
 XLINK_TITLE = "{http://www.w3.org/1999/xlink}title"
@@ -232,7 +233,7 @@ def test_joint_diagram_saved_edges_match_the_saved_report(fixture, request):
         fv = part.forward.outputs[k + i]
         assert src == f"f{part.forward.number(fv)}" and dst == f"b{i}"  # the backward's i-th input receives it
         nbytes = math.prod(fv.shape) * fv.dtype.itemsize
-        assert viz.graphs.human_bytes(nbytes) in " ".join(texts(e))
+        assert human_bytes(nbytes) in " ".join(texts(e))
     fwd_vals, bwd_vals = len(part.forward.all_values()), len(part.backward.all_values())
     nodes = [title(n) for n in groups_of(svg, "node") if not title(n).startswith("legend_")]
     assert len(nodes) == fwd_vals + bwd_vals
@@ -386,7 +387,7 @@ def test_memory_timeline_svg_and_png(remat, plain, tmp_path):
     root = ET.parse(path).getroot()
     text = " ".join(t.text or "" for t in root.iter(SVG + "text"))
     for name, p in plans.items():
-        assert f"{name}: peak {viz.graphs.human_bytes(p.peak_bytes)}" in text
+        assert f"{name}: peak {human_bytes(p.peak_bytes)}" in text
     # saved spans: activations the forward keeps (4x8 float64 = 256 B each); no remat keeps tanh
     # and add of each of 4 blocks, uniform keeps block1's add and blocks 2-3's tanh and add
     assert "saved for backward: 8 buffers, 2.00 KiB" in text

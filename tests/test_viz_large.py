@@ -26,7 +26,7 @@ from test_viz import blocks_args, blocks_model, groups_of, render, texts, title
 
 import gradir as gr
 from gradir import viz
-from gradir.cli import app
+from gradir.cli.app import app
 from gradir.viz import plots, regions
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,8 @@
 """Diagrams, plots and HTML reports of graphs and plans (reads graphs and reports only).
 
+Layer rule: imports gradir.util, gradir.core, gradir.ops, gradir.passes, gradir.backends and itself (never
+gradir.api or above: a function to draw is traced by the core tracer, a GradTrace is read as given).
+
     from gradir import viz
     viz.graph_diagram(graph)                  # graphviz.Digraph: .source is the dot text
     viz.joint_diagram(gr.trace_grad(f, x))    # saved tensors as the edges from forward to backward
@@ -14,12 +17,12 @@
 from gradir.viz.graphs import (
     dot_available,
     graph_diagram,
-    joint_diagram,
     kernel_diagram,
     render_svg,
     value_diagram,
     values_and_grads,
 )
+from gradir.viz.joint import joint_diagram
 from gradir.viz.notebook import diagram_of, html_of, svg_of
 from gradir.viz.plots import memory_timeline, memory_timeline_bytes, tradeoff_curve
 from gradir.viz.regions import LARGE_GRAPH, collapsed_diagram, is_large, overview_diagram, scope_diagrams

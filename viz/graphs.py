@@ -3,11 +3,12 @@
 - `graph_diagram(graph)`: any Graph. Inputs, constants, outputs and recomputed nodes are drawn
   distinctly (a legend says how); `gr.scope` regions become clusters; tooltips hold the node's IR
   line and source line. With a `schedule`, each node shows its step and initial dependency count.
-- `joint_diagram(grad_trace)`: forward and backward programs side by side; each saved tensor is one
-  highlighted edge from the forward value to the backward input that receives it.
-- large graphs (gradir.viz.regions): an overview by scope, regions, run-length collapsed boxes.
+- `kernel_diagram(program)`: a fused program's values, each kernel's nodes as one cluster.
 - `value_diagram(fn, *args)`: micrograd's draw_dot for scalar programs: every value with its data
   and its gradient (the cotangent of the output with respect to it).
+
+The drawing helpers here are shared: forward and backward together (gradir.viz.joint) and large
+graphs (gradir.viz.regions: an overview by scope, regions, run-length collapsed boxes) build on them.
 
 Diagrams are `graphviz.Digraph` objects (their `.source` is the dot text); `render_svg` runs the
 `dot` program on one, and says why when it cannot.
@@ -15,6 +16,8 @@ Diagrams are `graphviz.Digraph` objects (their `.source` is the dot text); `rend
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import shutil
 import subprocess
@@ -24,10 +27,16 @@ from dataclasses import dataclass
 import graphviz
 import numpy as np
 
-from gradir import dtypes
-from gradir.ir import Graph, Value
+from gradir.backends import run
+from gradir.core import dtypes
+from gradir.core.errors import ShapeError
+from gradir.core.ir import Graph, Value
+from gradir.core.trace import trace_flat
+from gradir.passes import joint_graph
+from gradir.passes.fusion import kernel_header
 from gradir.passes.partition import RECOMPUTE
-from gradir.passes.report import human_bytes, value_name
+from gradir.passes.report import value_name
+from gradir.util.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
 DOT_TIMEOUT_S = 30  # per diagram (GRADIR_DOT_TIMEOUT overrides); on timeout the report draws a smaller one
 INSTALL_HINT = ("install Graphviz to draw diagrams: `apt-get install graphviz` "
@@ -52,10 +61,6 @@ LEGEND_TEXT = {
     "recompute": "recomputed in backward",
 }
 LEGEND_PREFIX = "legend_"
-SAVED_EDGE = {"color": "#d97706", "penwidth": "3", "fontcolor": "#b45309", "style": "bold"}
-SAVED_INPUT_EDGE = {"color": "#f59e0b", "penwidth": "1.5", "fontcolor": "#b45309", "style": "dashed"}  # no new memory
-SAVED_EDGE_ID = "saved"  # SVG id prefix of the saved-tensor edges: saved0, saved1, ...
-SAVED_BUNDLE_ID = "savedgroup"  # collapsed joint diagrams: one edge per pair of groups, labelled "k saved · bytes"
 
 
 # -- the dot program ---------------------------------------------------------------------------------
@@ -280,8 +285,6 @@ def kernel_diagram(program, *, title: str | None = None, legend: bool = True) ->
     """The fused program (gradir.passes.fusion.FusedProgram) of a graph: its values, with the nodes of
     each kernel drawn inside one cluster labelled with the kernel's loop nest and bytes moved. Views,
     inputs and constants stay outside: they are memory the kernels read, not work."""
-    from gradir.passes.fusion import kernel_header
-
     graph = program.graph
     dg = _new_digraph(f"{graph.name}_kernels", title or f"{graph.name}: {len(program.kernels)} fused kernels")
     ids = {v: f"v{graph.number(v)}" for v in graph.all_values()}
@@ -315,75 +318,6 @@ def kernel_diagram(program, *, title: str | None = None, legend: bool = True) ->
     return dg
 
 
-# -- forward and backward together -------------------------------------------------------------------
-
-
-def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, schedule: bool = True,
-                  collapse: bool | None = None, max_boxes: int | None = None) -> graphviz.Digraph:
-    """Forward and backward programs as two clusters; each saved tensor (a partition residual) is a
-    highlighted edge (SVG id `saved<i>`, labelled with its size) from the forward value that is kept
-    to the backward input receiving it. Backward nodes show their schedule step and dependency count.
-    `collapse` (default: when the two programs hold more than LARGE_GRAPH values) draws each side
-    as its overview (groups); the saved tensors going from one forward group to the backward group
-    that first reads them are then one edge (SVG id `savedgroup<j>`, labelled "k saved · bytes"),
-    and each side has at most `max_boxes` groups (consecutive groups merge beyond)."""
-    from gradir.viz.regions import LARGE_GRAPH, MAX_BOXES, _add_overview, is_large, reader_group
-
-    part = grad_trace.partition
-    fwd, bwd = part.forward, part.backward
-    k = fwd.num_forward_outputs or 0
-    nres = len(part.residuals)
-    kept = fwd.outputs[k:k + nres]
-    entries = list(grad_trace.saved.entries)
-    dg = _new_digraph(f"{grad_trace.graph.name}_joint", title or (
-        f"{grad_trace.graph.name}: forward and backward, {len(entries)} saved tensors "
-        f"({human_bytes(grad_trace.saved.bytes)} new memory)"), rankdir="TB")
-    if collapse is None:
-        collapse = is_large(fwd) or is_large(bwd) or len(fwd.all_values()) + len(bwd.all_values()) > LARGE_GRAPH
-    kinds: set[str] = set()
-    with dg.subgraph(name="cluster_forward") as c:
-        c.attr(label=f"forward ({len(fwd.nodes)} nodes)", style="rounded", color="#1d4ed8", fontname=FONT,
-               fontsize="14")
-        if collapse:
-            fids = _add_overview(c, fwd, "fg", edge_labels=False, max_boxes=max_boxes or MAX_BOXES)
-        else:
-            fids, kf = _add_graph(c, fwd, "f", saved=set(kept) - set(fwd.outputs[:k]),
-                                  output_role=lambda i: f"output {i}" if i < k else f"saved #{i - k}")
-            kinds |= kf
-    with dg.subgraph(name="cluster_backward") as c:
-        c.attr(label=f"backward ({len(bwd.nodes)} nodes, {grad_trace.schedule.policy} schedule)", style="rounded",
-               color="#b91c1c", fontname=FONT, fontsize="14")
-        if collapse:
-            bids = _add_overview(c, bwd, "bg", reader_group(bwd, nres), upward=True, edge_labels=False,
-                                 max_boxes=max_boxes or MAX_BOXES)
-        else:
-            bids, kb = _add_graph(c, bwd, "b", grad_trace.schedule if schedule else None,
-                                  output_role=lambda i: f"gradient {i}")
-            kinds |= kb
-    pairs = list(zip(kept, bwd.inputs[:nres]))
-    nbytes = [e.bytes for e in entries] if len(entries) == len(pairs) else [fv.nbytes for fv, _ in pairs]
-    kinds_of = [e.kind for e in entries] if len(entries) == len(pairs) else [""] * len(pairs)
-    if not collapse:
-        for i, (fv, bv) in enumerate(pairs):
-            size, kind = human_bytes(nbytes[i]), kinds_of[i]
-            dg.edge(fids[fv], bids[bv], id=f"{SAVED_EDGE_ID}{i}", label=size + (f" ({kind})" if kind else ""),
-                    tooltip=f"saved {value_name(fv, fwd)} -> backward {value_name(bv, bwd)}: {size} {kind}",
-                    **(SAVED_INPUT_EDGE if kind == "input" else SAVED_EDGE))
-    else:  # one edge per pair of groups, labelled with how many saved tensors it stands for
-        bundles: dict[tuple[str, str], list[int]] = {}
-        for i, (fv, bv) in enumerate(pairs):
-            bundles.setdefault((fids[fv], bids[bv]), []).append(i)
-        for j, ((a, b), members) in enumerate(bundles.items()):
-            names = ", ".join(value_name(pairs[i][0], fwd) for i in members[:50]) + (" ..." if len(members) > 50 else "")
-            inputs_only = all(kinds_of[i] == "input" for i in members)
-            dg.edge(a, b, id=f"{SAVED_BUNDLE_ID}{j}", tooltip=f"saved: {names}",
-                    label=f"{len(members)} saved · {human_bytes(sum(nbytes[i] for i in members))}",
-                    **(SAVED_INPUT_EDGE if inputs_only else SAVED_EDGE))
-    if legend and not collapse:
-        _legend(dg, kinds, schedule)
-    return dg
-
-
 # -- scalar programs: data and grad per value (micrograd's draw_dot) ----------------------------------
 
 
@@ -391,12 +325,7 @@ def values_and_grads(graph: Graph, args: list) -> tuple[dict[Value, np.ndarray],
     """Every value of `graph` (a scalar-valued program) at `args`, and the output's gradient with
     respect to each real floating value. The gradient of an intermediate n is found by adding a
     zero input to n (n + e) and differentiating with respect to e, through passes.joint_graph."""
-    from gradir.backends import run
-    from gradir.passes import joint_graph
-
     if len(graph.outputs) != 1 or graph.outputs[0].shape != ():
-        from gradir.errors import ShapeError
-
         raise ShapeError(f"a value diagram needs one scalar output; {graph.name} returns ("
                          + ", ".join(o.type_str for o in graph.outputs) + ")", op="value_diagram",
                          source=graph.outputs[0].source if graph.outputs else None)
@@ -425,13 +354,29 @@ def values_and_grads(graph: Graph, args: list) -> tuple[dict[Value, np.ndarray],
     return data, grads
 
 
-def value_diagram(fn, *args, title: str | None = None) -> graphviz.Digraph:
-    """micrograd's draw_dot for a scalar-valued function: one node per value showing its op, its
-    data and its grad (d output / d value), left to right."""
-    import gradir as gr
-    from gradir.pytree import tree_flatten
+def trace_function(fn: Callable, *args) -> Graph:
+    """`fn` traced at `args` (pytrees of numbers and arrays) by the core tracer, as `gr.trace` does it:
+    inputs named after `fn`'s parameters (``a``, ``params['W1']``), the graph after `fn`."""
+    flat, in_tree = tree_flatten(tuple(args))
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    names = [path for pos, a in enumerate(args)
+             for path, _ in tree_flatten_with_path(a, params[pos] if pos < len(params) else f"arg{pos}")[0]]
+    base = fn.func if isinstance(fn, functools.partial) else fn
+    graph = trace_flat(fn, [np.asarray(x) for x in flat], names, lambda ps: tree_unflatten(in_tree, ps),
+                       getattr(base, "__name__", "f").replace("<lambda>", "f"))
+    graph.in_tree = in_tree
+    graph.verify()
+    return graph
 
-    graph = gr.trace(fn, *args)
+
+def value_diagram(fn: Callable | Graph, *args, title: str | None = None) -> graphviz.Digraph:
+    """micrograd's draw_dot for a scalar-valued function: one node per value showing its op, its
+    data and its grad (d output / d value), left to right. `fn` may also be a Graph already traced
+    (`gr.trace(fn, *args)`), evaluated at `args`."""
+    graph = fn if isinstance(fn, Graph) else trace_function(fn, *args)
     flat, _ = tree_flatten(tuple(args))
     data, grads = values_and_grads(graph, [np.asarray(a) for a in flat])
     dg = _new_digraph(f"{graph.name}_values", title or f"{graph.name}: data and grad of every value", rankdir="LR")

@@ -12,7 +12,7 @@ import io
 import graphviz
 from rich.console import Console
 
-from gradir.viz import graphs, regions, report
+from gradir.viz import graphs, joint, plots, regions, report
 
 
 def diagram_of(obj) -> graphviz.Digraph:
@@ -21,7 +21,7 @@ def diagram_of(obj) -> graphviz.Digraph:
     if isinstance(obj, graphviz.Digraph):
         return obj
     if hasattr(obj, "partition") and hasattr(obj, "saved"):
-        return graphs.joint_diagram(obj)
+        return joint.joint_diagram(obj)
     return regions.overview_diagram(obj) if regions.is_large(obj) else graphs.graph_diagram(obj)
 
 
@@ -50,8 +50,6 @@ def html_of(obj) -> str:
 
 
 def _trace_html(gt) -> str:
-    from gradir.viz import plots
-
     drawn = report.draw_all(report._diagrams(gt))
     inline = report._inlined(drawn)
     figures = [report.figure_html(d, k in inline) for k, d in enumerate(drawn)]

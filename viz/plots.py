@@ -7,6 +7,9 @@ forward phase allocates that stay alive into the backward phase, from the step t
 one to the last step that reads it. The columns share their y axis so plans compare at a glance.
 Timelines longer than MAX_POINTS steps are drawn as their maximum per bin of steps, so the file
 stays small at any length and the peak is kept; labels stay inside the axes and apart.
+
+matplotlib is imported by the functions that draw, so importing gradir (whose GradTrace renders
+through gradir.viz) does not load it.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ import io
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import rc_context
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MultipleLocator
 
-from gradir.errors import GradirError
-from gradir.fileio import write_atomic
+from gradir.core.errors import GradirError
 from gradir.passes.report import human_bytes
+from gradir.util.fileio import write_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FORMATS = ("svg", "png", "pdf")
 MAX_SPANS = 40  # saved-tensor rows drawn per plan; the rest are summarised in the panel title
@@ -47,6 +51,8 @@ def saved_spans(plan) -> list:
 
 def _bytes_axis(ax, top: int):
     """Ticks at round binary sizes (256 B, 1 KiB, 1.5 MiB...), at most about six of them."""
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
+
     unit = 1
     while top >= 1024 * unit and unit < 1024 ** 3:
         unit *= 1024
@@ -130,6 +136,8 @@ RC = {"svg.hashsalt": "gradir", "svg.fonttype": "none", "font.size": 8}
 
 def memory_timeline_figure(plans: dict, title: str | None = None, buckets=None) -> Figure:
     """The matplotlib Figure `memory_timeline` saves (call it under `rc_context(RC)`)."""
+    from matplotlib.figure import Figure
+
     if not plans:
         raise GradirError("memory_timeline needs at least one memory plan", op="memory_timeline")
     n = len(plans)
@@ -153,6 +161,8 @@ def memory_timeline_figure(plans: dict, title: str | None = None, buckets=None) 
 
 def memory_timeline_bytes(plans: dict, fmt: str = "svg", title: str | None = None, buckets=None) -> bytes:
     """The plot of `memory_timeline`, as bytes in format `fmt` (svg, png or pdf)."""
+    from matplotlib import rc_context
+
     if fmt not in FORMATS:
         raise GradirError(f"unknown plot format {fmt!r} (have: {', '.join(FORMATS)})", op="memory_timeline")
     with rc_context(RC):
@@ -176,8 +186,12 @@ def memory_timeline(plans: dict, path: str | os.PathLike, title: str | None = No
 def tradeoff_curve(rows, path: str | os.PathLike, title: str | None = None) -> Path:
     """The memory/recompute trade-off: each heuristic plan as a point (its activation peak, its
     recompute flops) and the optimal plan per budget as a step curve. `rows` are objects with
-    `policy`, `budget`, `peak_bytes` and `recompute_flops` (gradir.passes.milp.SweepRow). Writes
+    `policy`, `budget`, `peak_bytes` and `recompute_flops` (gradir.passes.remat.milp.SweepRow). Writes
     SVG, PNG or PDF by the path's extension, atomically."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "svg"
     if fmt not in FORMATS:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import graphviz
 
-from gradir.ir import Graph, Value
+from gradir.core.ir import Graph, Value
 from gradir.passes.report import human_bytes, value_name
 from gradir.viz.graphs import (
     STYLES,

@@ -16,7 +16,7 @@
                                INLINE_BYTES of SVG, further region diagrams linked; the IR and the
                                schedule, saved-tensor, memory and recompute tables, long ones shown
                                by their first and last rows with a line saying what is left out
-    loss.manifest.json         the files this run wrote (gradir.outfolder: a rerun replaces them)
+    loss.manifest.json         the files this run wrote (gradir.util.outfolder: a rerun replaces them)
 
 A diagram `dot` cannot draw within `graphs.dot_timeout()` seconds is replaced by a smaller,
 collapsed one; the report's notes and the figure's caption say which and why. Without the `dot`
@@ -35,10 +35,11 @@ from pathlib import Path
 
 import graphviz
 
-from gradir.outfolder import OutputFolder
+from gradir.passes import partition
 from gradir.passes.report import human_bytes
 from gradir.passes.text_table import shown
-from gradir.viz import graphs, plots, regions
+from gradir.util.outfolder import OutputFolder
+from gradir.viz import graphs, joint, plots, regions
 
 Progress = Callable[[str, int, int], None]  # (what is being done, steps done, steps in all)
 
@@ -210,8 +211,6 @@ def ir_html(graph, full_text: str | None = None, limit: int = IR_LINES) -> str:
 def memory_plans(grad_trace) -> dict:
     """The memory plans the report plots: the trace under the engine and memory policies, and, if
     the trace follows a recompute plan, the same without recomputation (engine policy)."""
-    from gradir.passes import partition
-
     policy = grad_trace.remat.plan.policy
     remat = policy != "none"
     tag = f"{policy} remat, " if remat else ""
@@ -285,8 +284,8 @@ def _diagrams(grad_trace) -> list[Figure]:
                                ("backward", grad_trace.backward, grad_trace.schedule)):
         out += _program_figures(side, graph, sched, None if regions.is_large(graph) else grad_trace.kernels[side])
     out.append(Figure("joint", f"forward and backward: {grad_trace.saved.count} saved tensors as the orange edges",
-                      graphs.joint_diagram(grad_trace),
-                      lambda: graphs.joint_diagram(grad_trace, collapse=True, max_boxes=SMALLER_BOXES)))
+                      joint.joint_diagram(grad_trace),
+                      lambda: joint.joint_diagram(grad_trace, collapse=True, max_boxes=SMALLER_BOXES)))
     return out
 
 
@@ -369,7 +368,7 @@ def write_report(grad_trace, out_dir: str | os.PathLike, name: str, *, progress:
                  files: OutputFolder | None = None) -> Written:
     """Write the diagrams (`.dot` always, `.svg` when the `dot` program runs), the memory plot and
     one HTML report for `grad_trace` (a GradTrace) into `out_dir`, each atomically, through `files`
-    (default: a gradir.outfolder.OutputFolder of `name`, whose manifest lists them and whose next
+    (default: a gradir.util.outfolder.OutputFolder of `name`, whose manifest lists them and whose next
     run replaces them). Returns {key: path} ("forward.dot", "forward.svg", ..., "memory.svg",
     "html") with `notes`. `progress(description, done, total)` is called before each step. Never
     raises for a missing or failing `dot`; the HTML then says how to install Graphviz."""

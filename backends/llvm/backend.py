@@ -6,8 +6,10 @@ one arena, allocated once and reused by every call. Kernels of the same structur
 compiled function (codegen, sharing), so the code compiled grows with the distinct kernels, not
 with the graph; the order of calls is data, a table per segment that the one driver runs. A call
 passes the caller's input arrays, fresh output arrays, the constants and the arena to the driver.
-Kernels that no compiled backend lowers (the listing marks them "numpy") split the program into
-segments: the NumPy reference runs them between driver calls, on the same buffers.
+Kernels this backend does not compute (the listing marks them "numpy": dtypes it does not lower, ops
+missing from its table `RENDERS`, which fusion reads) split the program into segments: the NumPy
+reference runs them between driver calls, on the same buffers. The graph comes with its composites
+lowered to primitives (backends.compile_graph does that, once, for every backend).
 
 The on-disk cache holds object code keyed by the LLVM IR text, gradir's and llvmlite's versions and
 the CPU's name and features. It lives in `$GRADIR_CACHE_DIR` (default `~/.cache/gradir/llvm`);
@@ -27,15 +29,17 @@ import time
 import llvmlite
 import numpy as np
 
-from gradir.errors import ExecutionError
-from gradir.fileio import write_atomic
-from gradir.gcpause import gc_paused
-from gradir.ir import Graph, Value
+from gradir.backends.numpy_backend import run as run_reference
+from gradir.core.errors import ExecutionError
+from gradir.core.ir import Graph, Value
+from gradir.core.primitive import get_primitive
 from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
-from gradir.primitive import get_primitive
+from gradir.util.fileio import write_atomic
+from gradir.util.gcpause import gc_paused
 
 from . import jit
 from .codegen import ModuleBuilder
+from .emitter import RENDERS
 
 _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 ALIGN = 64
@@ -110,13 +114,8 @@ class LLVMCompiled:
     backend = "llvm"
 
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
-        from gradir.passes import lower_composites
-
-        lowered = lower_composites(graph)
-        if lowered is not graph:  # the schedule named the composite nodes: run the lowered graph in its own order
-            graph, order = lowered, None
-        self.graph = graph
-        self.program = fuse(graph, order)
+        self.graph = graph  # of primitives only (backends.compile_graph lowered the composites)
+        self.program = fuse(graph, order, renders=RENDERS)
         p = self.program
         self.consts = [v for v in dict.fromkeys([a.owner for a in p.access.values()]) if v.op == "const"]
         steps = _segments(p)
@@ -341,9 +340,7 @@ class LLVMCompiled:
 
     def _fail(self, node: Value, ins) -> None:
         """Node `node` found bad input: the NumPy reference raises the located error for the same inputs."""
-        from gradir.backends.numpy_backend import run
-
-        run(self.graph, ins)
+        run_reference(self.graph, ins)
         raise ExecutionError("index out of range", op=node.op, source=node.source)
 
 

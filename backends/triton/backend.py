@@ -39,17 +39,20 @@ import threading
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import ExecutionError, UnsupportedOpError
-from gradir.fileio import write_atomic
-from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
-from gradir.ir import Graph, Value
+from gradir.backends.numpy_backend import run as run_reference
+from gradir.core import dtypes
+from gradir.core.errors import ExecutionError, UnsupportedOpError
+from gradir.core.interop import is_torch, numpy_to_torch, torch_to_numpy
+from gradir.core.ir import Graph, Value
+from gradir.core.primitive import get_primitive
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, fuse, kernel_header
-from gradir.primitive import get_primitive
+from gradir.util.fileio import write_atomic
 
 from ..loops import lowering
+from ..sharing import Sharing
 from . import gemm, scatter
 from .codegen import (
+    RENDERS,
     LoopSource,
     autotuning,
     buffer_names,
@@ -140,19 +143,6 @@ def _import_source(text: str, name: str):
     return module, str(path)
 
 
-def shared_code(text: str) -> str:
-    """A kernel's code without its name, docstring and comments: kernels equal in this share a function."""
-    head, body = text.split("):\n", 1)  # the decorators and def line, then the body
-    decorators, signature = head.split("def ", 1)
-    body = body.split('"""', 2)[2]  # after the docstring
-    code = [line.split("  # ", 1)[0].rstrip() for line in body.splitlines()]
-    return decorators + signature.split("(", 1)[1] + "\n".join(c for c in code if c)
-
-
-def function_name(text: str) -> str:
-    return text.split("def ", 1)[1].split("(", 1)[0]
-
-
 def graphs_wanted(compiled) -> bool:
     """Whether to capture the launches as a CUDA graph: on a GPU, unless GRADIR_TRITON_CUDA_GRAPHS=0 or a kernel
     runs on the NumPy reference (it needs the host); GRADIR_TRITON_CUDA_GRAPHS=force also on the CPU (tests)."""
@@ -168,23 +158,23 @@ class TritonCompiled:
     backend = "triton"
 
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
-        from gradir.passes import lower_composites
-
         self.device = require_triton()
-        lowered = lower_composites(graph)
-        if lowered is not graph:
-            graph, order = lowered, None
-        self.graph = graph
-        self.program = p = fuse(graph, order)
+        self.graph = graph  # of primitives only (backends.compile_graph lowered the composites)
+        self.program = p = fuse(graph, order, renders=RENDERS)
         self.steps: list[tuple] = []          # (kind, kernel, launch details)
         self.reasons: dict[int, str] = {}     # kernel index -> why it runs on the NumPy reference
-        sources: dict[str, str] = {}        # code (without comments) -> the generated function that runs it
+        sources: list[str] = []               # the generated functions, one per distinct kernel
         self.function_of: dict[int, str] = {}  # kernel index -> the function it launches
         names = buffer_names(p)
+        # kernels of one structural key (a deep network's identical blocks) share one function: one compile.
+        # The key is the LLVM backend's (backends/sharing.py), with scalar constants spelled out: they are literals here
+        sharing = Sharing(p, literal_constants=True)
 
         def add(k, text: str, grid: tuple, params: list, warps: int) -> None:
-            # kernels with the same code (a deep network's identical blocks) share one function: one compile
-            function = function_name(sources.setdefault(shared_code(text), text))
+            f, new = sharing.add(k)
+            if new:
+                sources.append(text)
+            function = sharing.functions[f].name  # (the generated function is named after its first kernel)
             self.function_of[k.index] = function
             self.steps.append(("loop", k, (function, grid, params, warps)))
 
@@ -215,7 +205,6 @@ class TritonCompiled:
                 why = k.note or f"{k.nodes[0].op} is not compiled by any backend"
             self.reasons[k.index] = why
             self.steps.append(("reference", k, None))
-        sources = list(sources.values())
         self.kernel_source = HEADER.format(name=graph.name) + "\n\n".join(sources)
         self.module, self.path = _import_source(self.kernel_source, graph.name)
         self.checks_errors = any(n.op in ("take", "check_classes") for s in self.steps if s[0] == "loop"
@@ -437,9 +426,7 @@ class TritonCompiled:
 
     def _fail(self, ins) -> None:
         """A kernel found a bad index: the NumPy reference raises the located error for the same inputs."""
-        from gradir.backends.numpy_backend import run
-
-        run(self.graph, ins)
+        run_reference(self.graph, ins)
         raise ExecutionError("index out of range", op="take", source=None)
 
 

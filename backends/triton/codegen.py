@@ -20,9 +20,11 @@ NumPy's in the last bits. Values are computed in float64, float32 (also for floa
 back after every op, as NumPy rounds each op's result), int64/int32 or int1. An out-of-range gather index
 stores the node's code in an error word the host reads after the run.
 
-What is not rendered (the kernel then runs on the NumPy reference, and the listing says so): argmax /
-argmin in the chunked form, accumulated max/min and low-precision accumulation, and ops outside
-`RENDERED_OPS`; `unrendered(k)` gives the reason.
+`RENDERS` is the table of the ops this backend renders; fusion (passes.fusion.fuse) reads it and keeps every
+other op out of the kernels, on the NumPy reference (index_update, where the last write wins, and imag are
+not in it). What is not rendered in a loop kernel of rendered ops (the kernel then runs on the NumPy
+reference, and the listing says so): argmax / argmin in the chunked form, accumulated max/min and
+low-precision accumulation; `unrendered(k)` gives the reason.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ import os
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.dtypes import is_float
-from gradir.ir import Value
+from gradir.core import dtypes
+from gradir.core.dtypes import is_float
+from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import ARG_REDUCTIONS, ELEMENTWISE, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
+from gradir.passes.fusion import ARG_REDUCTIONS, PLACEMENTS, REDUCTIONS, FusedProgram, Kernel, in_kernel_value
 from gradir.passes.report import value_names
 
 from ..loops import LoopPlan, Term, mapped, stored_earlier
@@ -44,8 +46,9 @@ from ..loops import LoopPlan, Term, mapped, stored_earlier
 MAX_ROW = 4096        # inner elements a row kernel keeps in registers (one block); longer rows are chunked
 CHUNK = 1024          # the block of chunked rows
 FLAT_BLOCK = 1024     # the most points of a flat kernel one program takes
-MATH = {"tanh": "mathfn.tanh", "sigmoid": "mathfn.sigmoid", "expm1": "mathfn.expm1", "exp": "tl.exp",
-        "log": "tl.log", "sin": "tl.sin", "cos": "tl.cos", "sqrt": "tl.sqrt", "erf": "tl.math.erf"}
+MATH = {"tanh": "mathfn.tanh", "sigmoid": "mathfn.sigmoid", "expm1": "mathfn.expm1", "log1p": "mathfn.log1p",
+        "tan": "mathfn.tan", "rint": "mathfn.rint", "exp": "tl.exp", "log": "tl.log", "sin": "tl.sin", "cos": "tl.cos",
+        "sqrt": "tl.sqrt", "erf": "tl.math.erf", "floor": "tl.floor", "ceil": "tl.ceil"}
 COMPUTE = {dtypes.float64: "tl.float64", dtypes.float32: "tl.float32", dtypes.float16: "tl.float32",
            dtypes.bfloat16: "tl.float32", dtypes.int64: "tl.int64", dtypes.int32: "tl.int32", dtypes.bool_: "tl.int1"}
 STORAGE = {dtypes.float16: "tl.float16", dtypes.bfloat16: "tl.bfloat16"}
@@ -53,7 +56,16 @@ COMPARE = {"less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=
 ZERO = {dtypes.bool_: "False", **{d: "0" for d in (dtypes.int64, dtypes.int32)},
         **{d: "0.0" for d in dtypes.FLOATING}}  # the value a masked-off lane loads (tl.load casts it)
 LOADS = object()  # the key of a scope's load variables in its memo
-RENDERED_OPS = (ELEMENTWISE | REDUCTIONS | ARG_REDUCTIONS | PLACEMENTS) | {"take", "check_classes"}
+ELEMENTWISE_RENDERS = frozenset({  # the elementwise primitives `LoopSource.elementwise` writes (imag is not one)
+    "abs", "add", "ceil", "convert", "cos", "divide", "equal", "erf", "exp", "expm1", "floor", "greater", "greater_equal",
+    "less", "less_equal", "log", "log1p", "logical_and", "logical_not", "logical_or", "maximum", "minimum", "multiply",
+    "negative", "not_equal", "power", "real", "relu", "remainder", "rint", "rsqrt", "sigmoid", "sign", "sin", "sqrt",
+    "stop_gradient", "subtract", "tan", "tanh", "where"})
+RENDERS = ELEMENTWISE_RENDERS | frozenset({  # ... and every op the backend's kernels render: the table fusion asks
+    "sum", "max", "min", "argmax", "argmin",         # reductions (rows in registers, chunked; atomics into memory)
+    "take", "check_classes",                         # gathers and the class-index check
+    "pad", "concatenate", "update_slice",            # placements
+    "matmul", "index_add"})                          # gemm.py (tl.dot) or torch.matmul; scatter.py (atomic adds)
 
 
 def interpreting() -> bool:
@@ -84,7 +96,7 @@ def next_pow2(n: int) -> int:
 def unrendered(program: FusedProgram, k: Kernel) -> str | None:
     """Why loop kernel `k` cannot be rendered (it then runs on the NumPy reference), or None."""
     for n in k.nodes:
-        if n not in k.copies and n.op not in RENDERED_OPS:
+        if n not in k.copies and n.op not in RENDERS:
             return f"{n.op} is not rendered"
         if n.dtype not in COMPUTE or any(u.dtype not in COMPUTE for u in n.inputs):
             return f"{n.op} on {dtypes.short(n.dtype)}"
@@ -327,6 +339,8 @@ class LoopSource:
             if n.dtype == dtypes.bool_:
                 return f"({x} != {literal(0, dt)})"
             return f"({x}).to({COMPUTE[n.dtype]})"
+        if op == "real":  # (of a real value: complex ones are not lowered)
+            return x
         if op in MATH:
             return f"{MATH[op]}({x})"
         if op == "negative":
@@ -672,5 +686,5 @@ class LoopSource:
                 self.store(n, f"v{j}")
 
 
-__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "LoopSource", "buffer_names", "literal", "next_pow2", "term_text",
+__all__ = ["CHUNK", "FLAT_BLOCK", "MAX_ROW", "RENDERS", "LoopSource", "buffer_names", "literal", "next_pow2", "term_text",
            "parameter_line", "unrendered"]

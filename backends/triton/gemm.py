@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from gradir import dtypes
+from gradir.core import dtypes
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import FusedProgram, Kernel
 

@@ -1,10 +1,11 @@
 """Math functions the generated Triton kernels call, written with `triton.language` core ops only.
 
-Triton's core has exp, log, sin, cos, sqrt and erf; tanh, expm1, sigmoid and pow come from libdevice
-on a GPU, which the CPU interpreter (TRITON_INTERPRET=1) cannot run. These versions run in both, so
-the interpreter tests check the code the GPU runs. Each is accurate to a few ulps where NumPy's is
-the reference: expm1 by Kahan's correction of exp(x) - 1, tanh through expm1 (no cancellation near 0),
-sigmoid from the side where exp cannot overflow.
+Triton's core has exp, log, sin, cos, sqrt, erf, floor and ceil; tanh, expm1, log1p, tan, rint, sigmoid
+and pow come from libdevice on a GPU, which the CPU interpreter (TRITON_INTERPRET=1) cannot run. These
+versions run in both, so the interpreter tests check the code the GPU runs. Each is accurate to a few ulps
+where NumPy's is the reference: expm1 by Kahan's correction of exp(x) - 1, log1p by Goldberg's of
+log(1 + x), tanh through expm1 (no cancellation near 0), tan as sin / cos, sigmoid from the side where exp
+cannot overflow; rint is exact (halves to even).
 """
 
 import triton
@@ -19,6 +20,30 @@ def expm1(x):
     fixed = um1 * x / tl.log(tl.where(u == 1.0, 2.0, u))  # (the u == 1 lane is replaced below)
     out = tl.where(um1 == -1.0, -1.0, tl.where(u == 1.0, x, fixed))
     return tl.where(u == float("inf"), u, tl.where(x != x, x, out))
+
+
+@triton.jit
+def log1p(x):
+    # Goldberg: u = 1 + x rounded; log(u) * x / (u - 1) cancels the rounding of u (exact at u == 1 and u == inf)
+    u = 1.0 + x
+    r = tl.log(u) * (x / (u - 1.0))  # (the u == 1 lanes divide by 0: replaced below)
+    return tl.where(u == 1.0, x, tl.where(u == float("inf"), u, r))
+
+
+@triton.jit
+def tan(x):
+    return tl.sin(x) / tl.cos(x)
+
+
+@triton.jit
+def rint(x):
+    # round half to even from floor: d = x - floor(x) is exact; a tie goes to the even neighbour
+    f = tl.floor(x)
+    d = x - f
+    odd = tl.floor(f * 0.5) * 2.0 != f
+    r = tl.where(d > 0.5, f + 1.0, tl.where(d < 0.5, f, tl.where(odd, f + 1.0, f)))
+    r = tl.where(r == 0.0, x * 0.0, r)  # a zero keeps the sign of x, as NumPy: rint(-0.3) = -0.0
+    return tl.where(tl.abs(x) < 4503599627370496.0, r, x)  # from 2**52 on every float is an integer (and inf, NaN)
 
 
 @triton.jit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from gradir import dtypes
+from gradir.core import dtypes
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import FusedProgram
 

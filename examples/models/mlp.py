@@ -24,7 +24,7 @@ def loss(x: gr.f32[N, D](grad=False), labels: gr.i64[N](high=C),
 if __name__ == "__main__":
     import numpy as np
 
-    from gradir.specs import example_args
+    from gradir.api.specs import example_args
 
     args = example_args(loss)
     value, grads = gr.value_and_grad(loss, argnums=(2, 3, 4, 5))(*args)

@@ -1,20 +1,19 @@
 """Frontends: other systems' programs as gradir functions (DESIGN rule 8: one ATen -> gradir op table).
 
-torch is imported only when a frontend is used (`import gradir` never imports it).
+Layer rule: imports the layers below (util, core, ops, passes, backends, api) and itself. torch is imported only
+when a frontend is used (`import gradir` never imports it): `frontends/torch.py` imports torch at its top, so
+it is the one module loaded on first use (by `from_torch` here and by `with_loss`).
 """
+
+from gradir.frontends.torch_saved import torch_saved
 
 
 def from_torch(module, *example_inputs, **kwargs):
     """Capture a torch.nn.Module (or a function of tensors) as ``(f, params)``; see
     gradir.frontends.torch.from_torch."""
-    from gradir.frontends.torch import from_torch as capture
+    from gradir.frontends.torch import from_torch as capture  # imports torch: on first use only
 
     return capture(module, *example_inputs, **kwargs)
 
 
-def torch_saved(module, *inputs, loss=None):
-    """What PyTorch's autograd saves for `module(*inputs)` next to gradir's saved-tensor report for the
-    same model, differences explained; see gradir.frontends.torch_saved.torch_saved."""
-    from gradir.frontends.torch_saved import torch_saved as compare
-
-    return compare(module, *inputs, loss=loss)
+__all__ = ["from_torch", "torch_saved"]

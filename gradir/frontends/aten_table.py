@@ -16,11 +16,11 @@ import operator
 
 import numpy as np
 
-import gradir as gr
-from gradir import dtypes
-from gradir import nn as gnn
-from gradir.errors import UnsupportedOpError
-from gradir.trace import user_source
+from gradir import ops
+from gradir.core import dtypes
+from gradir.core.errors import UnsupportedOpError
+from gradir.core.trace import user_source
+from gradir.ops import nn as gnn
 
 
 class Multi:
@@ -73,7 +73,7 @@ def _axes(dim, ndim):
 
 
 def _cast(x, dtype):
-    return x if dtype is None else gr.astype(x, np_dtype(dtype))
+    return x if dtype is None else ops.astype(x, np_dtype(dtype))
 
 
 def _unsupported(op, why):
@@ -84,11 +84,11 @@ def _unsupported(op, why):
 
 
 def _add(x, y, alpha=1):
-    return gr.add(x, y if alpha == 1 else gr.multiply(y, alpha))
+    return ops.add(x, y if alpha == 1 else ops.multiply(y, alpha))
 
 
 def _sub(x, y, alpha=1):
-    return gr.subtract(x, y if alpha == 1 else gr.multiply(y, alpha))
+    return ops.subtract(x, y if alpha == 1 else ops.multiply(y, alpha))
 
 
 def _rsub(x, y, alpha=1):
@@ -97,66 +97,66 @@ def _rsub(x, y, alpha=1):
 
 def _div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
-        return gr.divide(x, y)
-    q = gr.divide(x, y)
-    return gr.floor(q) if rounding_mode == "floor" else _trunc(q)
+        return ops.divide(x, y)
+    q = ops.divide(x, y)
+    return ops.floor(q) if rounding_mode == "floor" else _trunc(q)
 
 
 def _clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
-    return gr.clip(x, min, max)
+    return ops.clip(x, min, max)
 
 
 def _where(c, x, y):
-    return gr.where(c, x, y)
+    return ops.where(c, x, y)
 
 
 def _pow(x, y):
-    return gr.power(x, y)
+    return ops.power(x, y)
 
 
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     if scale == 1 and input_scale == 1:
         return gnn.elu(x, alpha)
-    pos = gr.greater(x, 0)
+    pos = ops.greater(x, 0)
     # selu/celu's scaled forms; expm1 sees 0 where x > 0, so the unselected branch cannot overflow to inf
-    # (whose zero cotangent would make the gradient nan), as in gr.nn.elu
-    neg = gr.multiply(gr.expm1(gr.multiply(gr.where(pos, 0.0, x), input_scale)), alpha)
-    return gr.multiply(gr.where(pos, x, neg), scale)
+    # (whose zero cotangent would make the gradient nan), as in gnn.elu
+    neg = ops.multiply(ops.expm1(ops.multiply(ops.where(pos, 0.0, x), input_scale)), alpha)
+    return ops.multiply(ops.where(pos, x, neg), scale)
 
 
 def _fmod(x, y):
     """C's fmod (sign of x) from NumPy's remainder (sign of y): exact, no division rounding."""
-    r = gr.remainder(x, y)
-    wrong_sign = gr.logical_and(gr.not_equal(r, 0), gr.not_equal(gr.less(r, 0), gr.less(x, 0)))
-    return gr.where(wrong_sign, gr.subtract(r, y), r)
+    r = ops.remainder(x, y)
+    wrong_sign = ops.logical_and(ops.not_equal(r, 0), ops.not_equal(ops.less(r, 0), ops.less(x, 0)))
+    return ops.where(wrong_sign, ops.subtract(r, y), r)
 
 
 def _trunc(x):
-    return gr.where(gr.less(x, 0), gr.ceil(x), gr.floor(x))
+    return ops.where(ops.less(x, 0), ops.ceil(x), ops.floor(x))
 
 
 ELEMENTWISE = {
-    "add": _add, "sub": _sub, "rsub": _rsub, "mul": gr.multiply, "div.Tensor": gr.divide, "div.Scalar": gr.divide,
-    "div.Tensor_mode": _div_mode, "div.Scalar_mode": _div_mode, "true_divide": gr.divide,
-    "neg": gr.negative, "exp": gr.exp, "log": gr.log, "tanh": gr.tanh, "sin": gr.sin, "cos": gr.cos,
-    "sqrt": gr.sqrt, "rsqrt": gr.rsqrt, "abs": gr.abs, "sign": gr.sign, "erf": gr.erf, "sigmoid": gr.sigmoid,
-    "relu": gr.relu, "reciprocal": lambda x: gr.divide(1.0, x), "square": gr.square,
-    "pow": _pow, "maximum": gr.maximum, "minimum": gr.minimum, "remainder": gr.remainder, "fmod": _fmod,
-    "clamp": _clamp, "clamp_min": lambda x, m: gr.clip(x, m, None),
-    "clamp_max": lambda x, m: gr.clip(x, None, m),  # clip, not maximum/minimum: those split ties, torch's clamp does not
+    "add": _add, "sub": _sub, "rsub": _rsub, "mul": ops.multiply, "div.Tensor": ops.divide, "div.Scalar": ops.divide,
+    "div.Tensor_mode": _div_mode, "div.Scalar_mode": _div_mode, "true_divide": ops.divide,
+    "neg": ops.negative, "exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "sin": ops.sin, "cos": ops.cos,
+    "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs, "sign": ops.sign, "erf": ops.erf, "sigmoid": ops.sigmoid,
+    "relu": ops.relu, "reciprocal": lambda x: ops.divide(1.0, x), "square": ops.square,
+    "pow": _pow, "maximum": ops.maximum, "minimum": ops.minimum, "remainder": ops.remainder, "fmod": _fmod,
+    "clamp": _clamp, "clamp_min": lambda x, m: ops.clip(x, m, None),
+    "clamp_max": lambda x, m: ops.clip(x, None, m),  # clip, not maximum/minimum: those split ties, torch's clamp does not
     "hardtanh": lambda x, lo=-1.0, hi=1.0: gnn.hardtanh(x, lo, hi), "where": _where,
-    "eq": gr.equal, "ne": gr.not_equal, "lt": gr.less, "le": gr.less_equal, "gt": gr.greater, "ge": gr.greater_equal,
-    "logical_and": gr.logical_and, "logical_or": gr.logical_or, "logical_not": gr.logical_not,
-    "bitwise_not": gr.logical_not, "bitwise_and": gr.logical_and, "bitwise_or": gr.logical_or,
-    "isnan": lambda x: gr.not_equal(x, x), "isinf": lambda x: gr.equal(gr.abs(x), math.inf),
+    "eq": ops.equal, "ne": ops.not_equal, "lt": ops.less, "le": ops.less_equal, "gt": ops.greater, "ge": ops.greater_equal,
+    "logical_and": ops.logical_and, "logical_or": ops.logical_or, "logical_not": ops.logical_not,
+    "bitwise_not": ops.logical_not, "bitwise_and": ops.logical_and, "bitwise_or": ops.logical_or,
+    "isnan": lambda x: ops.not_equal(x, x), "isinf": lambda x: ops.equal(ops.abs(x), math.inf),
     "gelu": lambda x, approximate="none": gnn.gelu(x, approximate),
     "silu": gnn.silu, "softplus": gnn.softplus, "leaky_relu": gnn.leaky_relu, "elu": _elu,
     "selu": lambda x: _elu(x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946),
     "celu": lambda x, alpha=1.0: _elu(x, alpha, 1.0, 1.0 / alpha),
-    "log1p": gr.log1p, "expm1": gr.expm1, "tan": gr.tan, "floor": gr.floor, "ceil": gr.ceil, "trunc": _trunc,
-    "round": lambda x, decimals=0: gr.round(x, decimals),
-    "log2": lambda x: gr.divide(gr.log(x), math.log(2.0)), "log10": lambda x: gr.divide(gr.log(x), math.log(10.0)),
-    "exp2": lambda x: gr.power(2.0, x),
+    "log1p": ops.log1p, "expm1": ops.expm1, "tan": ops.tan, "floor": ops.floor, "ceil": ops.ceil, "trunc": _trunc,
+    "round": lambda x, decimals=0: ops.round(x, decimals),
+    "log2": lambda x: ops.divide(ops.log(x), math.log(2.0)), "log10": lambda x: ops.divide(ops.log(x), math.log(10.0)),
+    "exp2": lambda x: ops.power(2.0, x),
 }
 
 
@@ -166,28 +166,28 @@ ELEMENTWISE = {
 def _sum(x, dim=None, keepdim=False, dtype=None):
     x = _cast(x, dtype)
     if dtypes.as_dtype(x.dtype) == dtypes.bool_:  # torch sums booleans as int64
-        x = gr.astype(x, dtypes.int64)
-    return gr.sum(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+        x = ops.astype(x, dtypes.int64)
+    return ops.sum(x, _axes(dim, _ndim(x)), keepdims=keepdim)
 
 
 def _mean(x, dim=None, keepdim=False, dtype=None):
-    return gr.mean(_cast(x, dtype), _axes(dim, _ndim(x)), keepdims=keepdim)
+    return ops.mean(_cast(x, dtype), _axes(dim, _ndim(x)), keepdims=keepdim)
 
 
 def _amax(x, dim=(), keepdim=False):
-    return gr.max(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+    return ops.max(x, _axes(dim, _ndim(x)), keepdims=keepdim)
 
 
 def _amin(x, dim=(), keepdim=False):
-    return gr.min(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+    return ops.min(x, _axes(dim, _ndim(x)), keepdims=keepdim)
 
 
 def _max_dim(x, dim, keepdim=False):
-    return Multi(lambda: _amax(x, [dim], keepdim), lambda: gr.argmax(x, dim % _ndim(x), keepdims=keepdim))
+    return Multi(lambda: _amax(x, [dim], keepdim), lambda: ops.argmax(x, dim % _ndim(x), keepdims=keepdim))
 
 
 def _min_dim(x, dim, keepdim=False):
-    return Multi(lambda: _amin(x, [dim], keepdim), lambda: gr.argmin(x, dim % _ndim(x), keepdims=keepdim))
+    return Multi(lambda: _amin(x, [dim], keepdim), lambda: ops.argmin(x, dim % _ndim(x), keepdims=keepdim))
 
 
 def _ddof(correction, unbiased=None):
@@ -197,11 +197,11 @@ def _ddof(correction, unbiased=None):
 
 
 def _var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return gr.var(x, _axes(dim, _ndim(x)), keepdims=keepdim, ddof=_ddof(correction, unbiased))
+    return ops.var(x, _axes(dim, _ndim(x)), keepdims=keepdim, ddof=_ddof(correction, unbiased))
 
 
 def _std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return gr.sqrt(_var(x, dim, unbiased, keepdim, correction=correction))
+    return ops.sqrt(_var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def _var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -209,31 +209,31 @@ def _var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def _any(x, dim=None, keepdim=False):
-    return gr.greater(gr.sum(gr.astype(x, dtypes.int64), _axes(dim, _ndim(x)), keepdims=keepdim), 0)
+    return ops.greater(ops.sum(ops.astype(x, dtypes.int64), _axes(dim, _ndim(x)), keepdims=keepdim), 0)
 
 
 def _all(x, dim=None, keepdim=False):
-    return gr.logical_not(_any(gr.logical_not(x), dim, keepdim))
+    return ops.logical_not(_any(ops.logical_not(x), dim, keepdim))
 
 
 def _argmax(x, dim=None, keepdim=False):
-    return gr.argmax(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
+    return ops.argmax(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
 
 
 def _argmin(x, dim=None, keepdim=False):
-    return gr.argmin(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
+    return ops.argmin(x, None if dim is None else dim % _ndim(x), keepdims=keepdim)
 
 
 def _prod(x, dim=None, keepdim=False, dtype=None):
-    return gr.prod(_cast(x, dtype), None if dim is None else dim % _ndim(x), keepdims=keepdim)
+    return ops.prod(_cast(x, dtype), None if dim is None else dim % _ndim(x), keepdims=keepdim)
 
 
 def _norm(x, ord=2, dim=None, keepdim=False, dtype=None):  # noqa: A002 - torch's argument name
-    return gr.norm(_cast(x, dtype), ord, _axes(dim, _ndim(x)), keepdims=keepdim)
+    return ops.norm(_cast(x, dtype), ord, _axes(dim, _ndim(x)), keepdims=keepdim)
 
 
 def _sort(x, dim=-1, descending=False, stable=False):
-    return Multi(lambda: gr.sort(x, dim, descending=descending), lambda: gr.argsort(x, dim, descending=descending))
+    return Multi(lambda: ops.sort(x, dim, descending=descending), lambda: ops.argsort(x, dim, descending=descending))
 
 
 def _topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's argument name
@@ -241,22 +241,22 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - torch's argu
 
     def get(i):
         if not out:
-            out["v"] = gr.topk(x, k, dim, largest=largest)
+            out["v"] = ops.topk(x, k, dim, largest=largest)
         return out["v"][i]
     return Multi(lambda: get(0), lambda: get(1))
 
 
 def _logsumexp(x, dim, keepdim=False):
-    return gr.logsumexp(x, _axes(dim, _ndim(x)), keepdims=keepdim)
+    return ops.logsumexp(x, _axes(dim, _ndim(x)), keepdims=keepdim)
 
 
 REDUCTIONS = {
     "sum": _sum, "mean": _mean, "amax": _amax, "amin": _amin, "max.dim": _max_dim, "min.dim": _min_dim,
-    "max.default": lambda x: gr.max(x), "min.default": lambda x: gr.min(x),
-    "max.other": gr.maximum, "min.other": gr.minimum,
+    "max.default": lambda x: ops.max(x), "min.default": lambda x: ops.min(x),
+    "max.other": ops.maximum, "min.other": ops.minimum,
     "var": _var, "std": _std, "var_mean": _var_mean, "any": _any, "all": _all, "argmax": _argmax, "argmin": _argmin,
     "logsumexp": _logsumexp, "prod": _prod, "linalg_vector_norm": _norm, "norm": _norm,
-    "cumsum": lambda x, dim, dtype=None: gr.cumsum(_cast(x, dtype), dim % max(_ndim(x), 1)),
+    "cumsum": lambda x, dim, dtype=None: ops.cumsum(_cast(x, dtype), dim % max(_ndim(x), 1)),
     "sort": _sort, "topk": _topk,
     "_softmax": lambda x, dim, half_to_float=False: gnn.softmax(x, dim),
     "_log_softmax": lambda x, dim, half_to_float=False: gnn.log_softmax(x, dim),
@@ -269,14 +269,14 @@ REDUCTIONS = {
 
 
 def _addmm(bias, a, b, beta=1, alpha=1):
-    ab = gr.matmul(a, b)
-    return gr.add(gr.multiply(bias, beta) if beta != 1 else bias, gr.multiply(ab, alpha) if alpha != 1 else ab)
+    ab = ops.matmul(a, b)
+    return ops.add(ops.multiply(bias, beta) if beta != 1 else bias, ops.multiply(ab, alpha) if alpha != 1 else ab)
 
 
 LINALG = {
-    "mm": gr.matmul, "bmm": gr.matmul, "matmul": gr.matmul, "dot": gr.matmul, "addmm": _addmm, "baddbmm": _addmm,
-    "linear": lambda x, w, b=None: gnn.linear(x, w, b), "t": lambda x: gr.transpose(x),
-    "einsum": lambda eq, xs, path=None: gr.einsum(eq, *xs), "outer": gr.outer,
+    "mm": ops.matmul, "bmm": ops.matmul, "matmul": ops.matmul, "dot": ops.matmul, "addmm": _addmm, "baddbmm": _addmm,
+    "linear": lambda x, w, b=None: gnn.linear(x, w, b), "t": lambda x: ops.transpose(x),
+    "einsum": lambda eq, xs, path=None: ops.einsum(eq, *xs), "outer": ops.outer,
 }
 
 
@@ -287,35 +287,35 @@ def _expand(x, size, implicit=False):
     shape = _shape(x)
     lead = len(size) - len(shape)
     out = tuple(shape[i - lead] if s == -1 else s for i, s in enumerate(size))
-    return x if out == shape else gr.broadcast_to(x, out)
+    return x if out == shape else ops.broadcast_to(x, out)
 
 
 def _squeeze(x, dim=None):
     if dim is None:
-        return gr.squeeze(x)
+        return ops.squeeze(x)
     dims = [d % max(_ndim(x), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
     keep = tuple(d for d in dims if _ndim(x) and _shape(x)[d] == 1)  # torch ignores non-1 dims
-    return gr.squeeze(x, keep) if keep else x
+    return ops.squeeze(x, keep) if keep else x
 
 
 def _unsqueeze(x, dim):
-    return gr.expand_dims(x, dim % (_ndim(x) + 1))
+    return ops.expand_dims(x, dim % (_ndim(x) + 1))
 
 
 def _permute(x, dims):
-    return gr.transpose(x, [d % _ndim(x) for d in dims])
+    return ops.transpose(x, [d % _ndim(x) for d in dims])
 
 
 def _flatten(x, start=0, end=-1):
     shape, n = _shape(x), max(_ndim(x), 1)
     start, end = start % n, end % n
-    return gr.reshape(x, shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
+    return ops.reshape(x, shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
 
 
 def _unflatten(x, dim, sizes):
     shape = _shape(x)
     dim %= len(shape)
-    return gr.reshape(x, shape[:dim] + tuple(sizes) + shape[dim + 1:])
+    return ops.reshape(x, shape[:dim] + tuple(sizes) + shape[dim + 1:])
 
 
 def _index(dim, ndim, i):
@@ -323,15 +323,15 @@ def _index(dim, ndim, i):
 
 
 def _slice(x, dim=0, start=None, end=None, step=1):
-    return gr.getitem(x, _index(dim, _ndim(x), slice(start, end, step)))
+    return ops.getitem(x, _index(dim, _ndim(x), slice(start, end, step)))
 
 
 def _select(x, dim, index):
-    return gr.getitem(x, _index(dim, _ndim(x), index))
+    return ops.getitem(x, _index(dim, _ndim(x), index))
 
 
 def _split_points(x, sizes, dim):
-    return gr.split(x, list(np.cumsum(sizes)[:-1]), axis=dim % _ndim(x))
+    return ops.split(x, list(np.cumsum(sizes)[:-1]), axis=dim % _ndim(x))
 
 
 def _split(x, split_size, dim=0):
@@ -351,42 +351,42 @@ def _unbind(x, dim=0):
 
 def _cat(xs, dim=0):
     xs = [x for x in xs if _shape(x) != (0,)]  # torch skips legacy empty (0,) tensors
-    return gr.concatenate(xs, axis=dim % _ndim(xs[0]))
+    return ops.concatenate(xs, axis=dim % _ndim(xs[0]))
 
 
 def _stack(xs, dim=0):
-    return gr.stack(xs, axis=dim % (_ndim(xs[0]) + 1))
+    return ops.stack(xs, axis=dim % (_ndim(xs[0]) + 1))
 
 
 def _index_tensor(x, indices):
     for i in indices:
         if i is not None and dtypes.as_dtype(i.dtype) == dtypes.bool_:
             _unsupported("index.Tensor", "boolean-mask indexing has a data-dependent shape; write it with torch.where")
-    return gr.getitem(x, tuple(slice(None) if i is None else i for i in indices))
+    return ops.getitem(x, tuple(slice(None) if i is None else i for i in indices))
 
 
 def _gather(x, dim, index, sparse_grad=False):
-    return gr.gather(x, dim % max(_ndim(x), 1), index)
+    return ops.gather(x, dim % max(_ndim(x), 1), index)
 
 
 def _scatter(x, dim, index, src=None, value=None, reduce=None):
     if reduce is not None:
         _unsupported("scatter", f"reduce={reduce!r} has no mapping (scatter and scatter_add do)")
-    return gr.scatter(x, dim % max(_ndim(x), 1), index, src if src is not None else value)
+    return ops.scatter(x, dim % max(_ndim(x), 1), index, src if src is not None else value)
 
 
 def _constant_pad(x, pad, value=0.0):
     if any(p < 0 for p in pad):
         _unsupported("constant_pad_nd", "negative padding (cropping) has no mapping; slice the tensor instead")
     pairs = [(0, 0)] * (_ndim(x) - len(pad) // 2) + [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
-    return gr.pad(x, pairs, constant_values=value)
+    return ops.pad(x, pairs, constant_values=value)
 
 
 def _flip(x, dims):
     idx = [slice(None)] * _ndim(x)
     for d in dims:
         idx[d % _ndim(x)] = slice(None, None, -1)
-    return gr.getitem(x, tuple(idx))
+    return ops.getitem(x, tuple(idx))
 
 
 def _to_copy(x, dtype=None, **_layout):  # layout, device, pin_memory, memory_format: no meaning here
@@ -398,44 +398,44 @@ def _identity(x, *_args, **_kwargs):
 
 
 def _index_select(x, dim, index):
-    return gr.take(x, index, axis=dim % _ndim(x))
+    return ops.take(x, index, axis=dim % _ndim(x))
 
 
 def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
-    return gr.setitem(x, _index(dim, _ndim(x), slice(start, end, step)), src)
+    return ops.setitem(x, _index(dim, _ndim(x), slice(start, end, step)), src)
 
 
 def _select_scatter(x, src, dim, index):
-    return gr.setitem(x, _index(dim, _ndim(x), index), src)
+    return ops.setitem(x, _index(dim, _ndim(x), index), src)
 
 
 def _index_put(x, indices, values, accumulate=False):
     if accumulate:
         _unsupported("index_put", "accumulate=True has no mapping (scatter-add); use index_add")
-    return gr.setitem(x, tuple(slice(None) if i is None else i for i in indices), values)
+    return ops.setitem(x, tuple(slice(None) if i is None else i for i in indices), values)
 
 
 def _copy(dst, src, non_blocking=False):
-    return gr.broadcast_to(gr.astype(src, dst.dtype), _shape(dst))
+    return ops.broadcast_to(ops.astype(src, dst.dtype), _shape(dst))
 
 
 SHAPES = {
-    "view": lambda x, size: gr.reshape(x, tuple(size)), "_unsafe_view": lambda x, size: gr.reshape(x, tuple(size)),
-    "reshape": lambda x, size: gr.reshape(x, tuple(size)), "view_copy": lambda x, size: gr.reshape(x, tuple(size)),
+    "view": lambda x, size: ops.reshape(x, tuple(size)), "_unsafe_view": lambda x, size: ops.reshape(x, tuple(size)),
+    "reshape": lambda x, size: ops.reshape(x, tuple(size)), "view_copy": lambda x, size: ops.reshape(x, tuple(size)),
     "expand": _expand, "expand_copy": _expand, "permute": _permute, "permute_copy": _permute,
-    "transpose": lambda x, a, b: gr.swapaxes(x, a, b) if _ndim(x) else x,
+    "transpose": lambda x, a, b: ops.swapaxes(x, a, b) if _ndim(x) else x,
     "squeeze": _squeeze, "unsqueeze": _unsqueeze, "flatten": _flatten, "unflatten": _unflatten,
     "slice": _slice, "select": _select, "split": _split, "split_with_sizes": _split, "chunk": _chunk,
     "unbind": _unbind, "cat": _cat, "concat": _cat, "stack": _stack, "index": _index_tensor, "gather": _gather,
     "index_select": _index_select, "constant_pad_nd": _constant_pad, "flip": _flip,
-    "tril": lambda x, diagonal=0: gr.tril(x, diagonal), "triu": lambda x, diagonal=0: gr.triu(x, diagonal),
-    "masked_fill": gr.masked_fill, "scatter": _scatter,
-    "scatter_add": lambda x, dim, index, src: gr.scatter_add(x, dim % max(_ndim(x), 1), index, src),
-    "roll": lambda x, shifts, dims=(): gr.roll(x, tuple(shifts), tuple(dims)) if len(dims) else gr.roll(x, shifts[0]),
-    "repeat": lambda x, repeats: gr.tile(x, tuple(repeats)), "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
+    "tril": lambda x, diagonal=0: ops.tril(x, diagonal), "triu": lambda x, diagonal=0: ops.triu(x, diagonal),
+    "masked_fill": ops.masked_fill, "scatter": _scatter,
+    "scatter_add": lambda x, dim, index, src: ops.scatter_add(x, dim % max(_ndim(x), 1), index, src),
+    "roll": lambda x, shifts, dims=(): ops.roll(x, tuple(shifts), tuple(dims)) if len(dims) else ops.roll(x, shifts[0]),
+    "repeat": lambda x, repeats: ops.tile(x, tuple(repeats)), "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "index_put": _index_put, "copy": _copy,
     "clone": _identity, "contiguous": _identity, "alias": _identity, "lift_fresh_copy": _identity,
-    "_to_copy": _to_copy, "to": _to_copy, "detach": gr.stop_gradient, "stop_gradient": gr.stop_gradient,
+    "_to_copy": _to_copy, "to": _to_copy, "detach": ops.stop_gradient, "stop_gradient": ops.stop_gradient,
     "_assert_tensor_metadata": lambda *a, **k: None, "_assert_async": lambda *a, **k: None,
     "sym_size": lambda x, dim: _shape(x)[dim], "sym_numel": lambda x: math.prod(_shape(x)),
 }
@@ -446,16 +446,16 @@ SHAPES = {
 
 def _full(size, value, dtype=None, **_layout):
     dt = np_dtype(dtype) or dtypes.as_dtype(np.asarray(value).dtype)
-    return gr.full(tuple(size), value, dt)
+    return ops.full(tuple(size), value, dt)
 
 
 def _arange(*args, dtype=None, **_layout):
     nums = [a for a in args if isinstance(a, (int, float))]
-    return gr.arange(*nums, dtype=np_dtype(dtype))
+    return ops.arange(*nums, dtype=np_dtype(dtype))
 
 
 def _full_like(x, value, dtype=None, **_layout):
-    return gr.full(_shape(x), value, np_dtype(dtype) or x.dtype)
+    return ops.full(_shape(x), value, np_dtype(dtype) or x.dtype)
 
 
 CREATION = {
@@ -487,9 +487,9 @@ def _native_layer_norm(x, normalized_shape, weight, bias, eps):
     axes = _layer_norm_axes(x, normalized_shape)
 
     def rstd():
-        return gr.rsqrt(gr.add(gr.var(x, axes, keepdims=True), eps))
+        return ops.rsqrt(ops.add(ops.var(x, axes, keepdims=True), eps))
     return Multi(lambda: gnn.layer_norm(x, weight, bias, eps, axis=axes),
-                 lambda: gr.mean(x, axes, keepdims=True), rstd)
+                 lambda: ops.mean(x, axes, keepdims=True), rstd)
 
 
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
@@ -497,14 +497,14 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_ena
 
 
 def _channel(v, ndim):
-    return gr.reshape(v, (1, -1) + (1,) * (ndim - 2))
+    return ops.reshape(v, (1, -1) + (1,) * (ndim - 2))
 
 
 def _bn_eval(x, weight, bias, mean, var, eps):
-    y = gr.multiply(gr.subtract(x, _channel(mean, _ndim(x))), _channel(gr.rsqrt(gr.add(var, eps)), _ndim(x)))
+    y = ops.multiply(ops.subtract(x, _channel(mean, _ndim(x))), _channel(ops.rsqrt(ops.add(var, eps)), _ndim(x)))
     if weight is not None:
-        y = gr.multiply(y, _channel(weight, _ndim(x)))
-    return y if bias is None else gr.add(y, _channel(bias, _ndim(x)))
+        y = ops.multiply(y, _channel(weight, _ndim(x)))
+    return y if bias is None else ops.add(y, _channel(bias, _ndim(x)))
 
 
 def _bn_train(x, weight, bias, running_mean, running_var, momentum, eps):
@@ -513,12 +513,12 @@ def _bn_train(x, weight, bias, running_mean, running_var, momentum, eps):
     n = math.prod(_shape(x)) // _shape(x)[1]
 
     def stats():
-        return gnn.batch_norm_stats(gr.stop_gradient(x))
+        return gnn.batch_norm_stats(ops.stop_gradient(x))
 
     def running(i, old, scale):
-        return lambda: gr.add(gr.multiply(old, 1.0 - momentum), gr.multiply(stats()[i], momentum * scale))
+        return lambda: ops.add(ops.multiply(old, 1.0 - momentum), ops.multiply(stats()[i], momentum * scale))
     return Multi(lambda: gnn.batch_norm(x, weight, bias, eps),
-                 lambda: gnn.batch_norm_stats(x)[0], lambda: gr.rsqrt(gr.add(gnn.batch_norm_stats(x)[1], eps)),
+                 lambda: gnn.batch_norm_stats(x)[0], lambda: ops.rsqrt(ops.add(gnn.batch_norm_stats(x)[1], eps)),
                  running(0, running_mean, 1.0), running(1, running_var, n / max(n - 1, 1)))
 
 
@@ -536,7 +536,7 @@ def _bn_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
 
 def _bn_no_stats(x, weight, bias, training, momentum, eps):
     return Multi(lambda: gnn.batch_norm(x, weight, bias, eps), lambda: gnn.batch_norm_stats(x)[0],
-                 lambda: gr.rsqrt(gr.add(gnn.batch_norm_stats(x)[1], eps)))
+                 lambda: ops.rsqrt(ops.add(gnn.batch_norm_stats(x)[1], eps)))
 
 
 def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
@@ -617,8 +617,8 @@ def _embedding(w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
 def _group_norm(x, weight, bias, n, c, hw, group, eps):
     """native_group_norm -> (out, mean, rstd); mean and rstd per (sample, group)."""
     def stats(i):
-        g = gr.reshape(x, (n, group, c // group * hw))  # not -1, which an empty batch (n = 0) leaves open
-        return [lambda: gr.mean(g, 2), lambda: gr.rsqrt(gr.add(gr.var(g, 2), eps))][i]()
+        g = ops.reshape(x, (n, group, c // group * hw))  # not -1, which an empty batch (n = 0) leaves open
+        return [lambda: ops.mean(g, 2), lambda: ops.rsqrt(ops.add(ops.var(g, 2), eps))][i]()
     return Multi(lambda: gnn.group_norm(x, group, weight, bias, eps), lambda: stats(0), lambda: stats(1))
 
 
@@ -629,20 +629,20 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
 def _nll(logp, target, weight, reduction, ignore_index):
     """nll_loss over (N, C) or (C,) log-probabilities: -logp[i, target[i]] weighted, ignored rows zero."""
     if _ndim(logp) == 1:
-        logp, target = gr.expand_dims(logp, 0), gr.expand_dims(target, 0)
-    keep = gr.not_equal(target, ignore_index)
-    safe = gr.where(keep, target, 0)
-    picked = gr.negative(_gather(logp, 1, gr.expand_dims(safe, 1)))
-    picked = gr.squeeze(picked, 1)
-    w = gr.astype(keep, logp.dtype)
+        logp, target = ops.expand_dims(logp, 0), ops.expand_dims(target, 0)
+    keep = ops.not_equal(target, ignore_index)
+    safe = ops.where(keep, target, 0)
+    picked = ops.negative(_gather(logp, 1, ops.expand_dims(safe, 1)))
+    picked = ops.squeeze(picked, 1)
+    w = ops.astype(keep, logp.dtype)
     if weight is not None:
-        w = gr.multiply(w, gr.take(weight, safe, axis=0))
-    losses = gr.multiply(picked, w)
-    total = gr.sum(w)
+        w = ops.multiply(w, ops.take(weight, safe, axis=0))
+    losses = ops.multiply(picked, w)
+    total = ops.sum(w)
     if reduction == 0:
         return losses, total
-    s = gr.sum(losses)
-    return (gr.divide(s, total) if reduction == 1 else s), total
+    s = ops.sum(losses)
+    return (ops.divide(s, total) if reduction == 1 else s), total
 
 
 def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
@@ -658,7 +658,7 @@ def _nll_loss_forward(logp, target, weight, reduction, ignore_index):
 def _cross_entropy(x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
     if weight is not None or label_smoothing or _ndim(x) != 2 or dtypes.is_float(target.dtype):
         return _unsupported("cross_entropy_loss", "only class-index targets on (N, C) logits without weight or "
-                            "label_smoothing map to gr.nn.cross_entropy")
+                            "label_smoothing map to gnn.cross_entropy")
     return gnn.cross_entropy(x, target, _REDUCTION[reduction], ignore_index)
 
 
@@ -674,10 +674,10 @@ class _Dropout(NeedsSeed):
 
     def __call__(self, x, p, train=True, *, rng):
         if not train or p == 0:
-            return Multi(lambda: x, lambda: gr.full(_shape(x), True, dtypes.bool_))
+            return Multi(lambda: x, lambda: ops.full(_shape(x), True, dtypes.bool_))
         keep = rng(x).random(_shape(x)) >= p
         scale = (keep / (1.0 - p)) if p < 1 else np.zeros(_shape(x))
-        return Multi(lambda: gr.multiply(x, scale.astype(x.dtype)), lambda: keep)
+        return Multi(lambda: ops.multiply(x, scale.astype(x.dtype)), lambda: keep)
 
 
 class _PlainDropout(_Dropout):

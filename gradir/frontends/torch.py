@@ -7,7 +7,7 @@ through the ATen -> gradir table, so the module becomes an ordinary gradir funct
 
 Every replayed node keeps the model's source line (the FX node's stack trace) and its submodule path
 as scope, so gradir's graphs, diagrams and errors point into the model code (DESIGN rule 8: the rest
-of gradir never knows the graph came from PyTorch). torch is imported only here and in gradir.interop.
+of gradir never knows the graph came from PyTorch). torch is imported only here and in gradir.core.interop.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
-from gradir import dtypes
-from gradir.errors import GradirError, TraceError, UnsupportedOpError
+from gradir.core import dtypes
+from gradir.core.errors import GradirError, ShapeError, TraceError, UnsupportedOpError
+from gradir.core.interop import is_torch, numpy_to_torch, torch_to_numpy
+from gradir.core.ir import Value
+from gradir.core.trace import current_scope, source_of, user_source
 from gradir.frontends import aten_table
-from gradir.interop import is_torch, numpy_to_torch, torch_to_numpy
-from gradir.ir import Value
-from gradir.trace import current_scope, source_of, user_source
+from gradir.ops import astype
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _GRADIR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -380,8 +381,6 @@ def _check_input(node, x):
     """The graph was captured at the example inputs' shapes: another shape is a clear error, not a wrong answer."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor) and tuple(np.shape(x)) != tuple(int(s) for s in val.shape):
-        from gradir.errors import ShapeError
-
         raise ShapeError(f"input {node.name} was captured with shape {tuple(int(s) for s in val.shape)}, got "
                          f"{tuple(np.shape(x))}: call gr.from_torch again with inputs of this shape",
                          op="from_torch", source=user_source())
@@ -417,8 +416,6 @@ def _match_torch(node, out, val):
 
 
 def _match_one(node, out, val):
-    from gradir.ops import astype
-
     shape = tuple(int(s) for s in val.shape)
     if tuple(np.shape(out)) != shape:
         raise UnsupportedOpError(f"gradir's mapping of aten.{'.'.join(aten_name(node.target))} gave shape "

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gradir.api.transforms import trace_grad
+from gradir.frontends.with_loss import capture_with_loss
 from gradir.passes.report import Report, human_bytes
 from gradir.passes.saved import SavedReport
 from gradir.passes.text_table import Column
@@ -206,9 +208,6 @@ def torch_saved(module, *inputs, loss=None) -> SavedComparison:
     `loss(output)`, written with torch ops, makes the scalar both sides differentiate (default: the
     output's sum); gradir differentiates with respect to the module's parameters."""
     import torch
-
-    from gradir.api import trace_grad
-    from gradir.frontends.with_loss import capture_with_loss
 
     def scalar(out):
         return loss(out) if loss is not None else sum(t.sum() for t in _tensors(out))

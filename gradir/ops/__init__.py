@@ -1,5 +1,9 @@
-"""The op library: NumPy-named functions over traced values or arrays, each bound to primitives."""
+"""The op library: NumPy-named functions over traced values or arrays, each bound to primitives, and `gr.nn`.
 
+Layer rule: imports gradir.util, gradir.core and itself. Inside: lifting, shapes, elementwise, reductions,
+creation, indexing, linalg, update, conv, methods, nn (each imports only modules before it)."""
+
+from gradir.ops import methods, nn  # noqa: F401 - gr.nn
 from gradir.ops.creation import arange, full, ones, zeros
 from gradir.ops.elementwise import (
     abs,
@@ -47,7 +51,21 @@ from gradir.ops.elementwise import (
     tanh,
     where,
 )
-from gradir.ops.indexing import argsort, gather, getitem, masked_fill, one_hot, scatter, scatter_add, sort, take, topk
+from gradir.ops.indexing import (
+    argsort,
+    gather,
+    getitem,
+    masked_fill,
+    one_hot,
+    repeat,
+    scatter,
+    scatter_add,
+    sort,
+    take,
+    topk,
+    tril,
+    triu,
+)
 from gradir.ops.lifting import astype
 from gradir.ops.linalg import dot, einsum, matmul
 from gradir.ops.reductions import argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var
@@ -57,7 +75,6 @@ from gradir.ops.shapes import (
     expand_dims,
     outer,
     pad,
-    repeat,
     reshape,
     roll,
     split,
@@ -66,10 +83,10 @@ from gradir.ops.shapes import (
     swapaxes,
     tile,
     transpose,
-    tril,
-    triu,
 )
 from gradir.ops.update import setitem  # noqa: F401 - x[idx] = v as a pure op; registers its primitives
+
+methods.attach()  # Value's operators and NumPy-like methods
 
 __all__ = [
     "abs", "add", "arange", "argmax", "argmin", "astype", "broadcast_to", "concatenate", "cos", "divide", "dot",

@@ -15,11 +15,11 @@ import math
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import DTypeError, ShapeError
+from gradir.core import dtypes
+from gradir.core.errors import DTypeError, ShapeError
+from gradir.core.primitive import Primitive, register
+from gradir.core.trace import bind, user_source
 from gradir.ops.lifting import lift
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, user_source
 
 
 def out_size(n: int, k: int, s: int, p: int, d: int) -> int:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.trace import constant
+from gradir.core import dtypes
+from gradir.core.trace import constant
+from gradir.ops.shapes import broadcast_to
 
 
 def full(shape, value, dtype=dtypes.float64):
-    from gradir.ops.shapes import broadcast_to
-
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
     return broadcast_to(constant(np.asarray(value, dtype=dtypes.as_dtype(dtype))), shape)
 

@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import DTypeError, ShapeError
-from gradir.ir import Value
-from gradir.ops.lifting import astype, concrete, elementwise_operands, lift, lift_all
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, user_source
+from gradir.core import dtypes
+from gradir.core.errors import DTypeError, ShapeError
+from gradir.core.ir import Value
+from gradir.core.primitive import Primitive, register
+from gradir.core.trace import bind, user_source
+from gradir.ops.lifting import astype, broadcast_all, concrete, elementwise_operands, lift, lift_all
 
 INEXACT = "inexact"  # float or complex
 FLOAT = "float"
@@ -300,8 +300,6 @@ def where(cond, x, y):
 
 
 def _broadcast3(c, x, y):
-    from gradir.ops.lifting import broadcast_all
-
     return broadcast_all(c, x, y, op="where")
 
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import DTypeError, ShapeError, UnsupportedOpError
-from gradir.ir import Value
-from gradir.ops.lifting import astype, concrete, lift
-from gradir.ops.shapes import reshape
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, user_source
+from gradir.core import dtypes
+from gradir.core.errors import DTypeError, ShapeError, UnsupportedOpError
+from gradir.core.ir import Value
+from gradir.core.primitive import Primitive, register
+from gradir.core.trace import bind, user_source
+from gradir.ops.creation import arange
+from gradir.ops.elementwise import equal, where
+from gradir.ops.lifting import astype, broadcast_all, concrete, lift, lift_all, normalize_axes, normalize_axis
+from gradir.ops.shapes import broadcast_to, expand_dims, reshape, slice_axis, transpose
 
 
 def _check_index(idx, op, source=None):
@@ -51,8 +53,6 @@ register(Primitive(
 
 def take(x, indices, axis=0):
     """numpy.take: slices of x along `axis` at the integer positions `indices` (negatives wrap)."""
-    from gradir.ops.lifting import normalize_axes
-
     x, idx = lift(x), lift(indices)
     _check_index(idx, "take", user_source())
     if x.ndim == 0:
@@ -102,10 +102,6 @@ def check_classes(idx, num_classes: int, what: str, ignore_index=None):
 
 def one_hot(idx, num_classes, dtype=dtypes.float64):
     """one_hot(idx, n)[..., k] = (idx == k), as a float array; indices outside [0, n) raise (as torch)."""
-    from gradir.ops.creation import arange
-    from gradir.ops.elementwise import equal
-    from gradir.ops.shapes import expand_dims
-
     idx = lift(idx)
     _check_index(idx, "one_hot", user_source())
     idx = check_classes(idx, num_classes, "one_hot")
@@ -204,9 +200,6 @@ def _basic(x, index):
 def _advanced(x, index):
     """Integer arrays (and ints beside them) on any axes: the basic part first, then one gather on
     a flattened view of the indexed axes (so ``logp[arange(n), y]`` is one `take`)."""
-    from gradir.ops.lifting import broadcast_all
-    from gradir.ops.shapes import transpose
-
     adv = [_is_int_array(i) or _is_int(i) for i in index]
     # every entry of the expanded index (slices, None, and the advanced ones kept whole) is one axis of y
     y = _basic(x, [slice(None) if a else i for i, a in zip(index, adv)])
@@ -234,8 +227,6 @@ def _advanced(x, index):
 def _flat_positions(x, index, axis: int, op: str, checked: bool = True):
     """Positions in x.reshape(-1) of the elements that torch.gather(x, axis, index) reads: index
     along `axis`, the element's own coordinates on the other axes (index may be smaller there)."""
-    from gradir.ops.lifting import normalize_axes
-
     index = lift(index)
     _check_index(index, op, user_source())
     if x.ndim == 0:
@@ -272,11 +263,8 @@ def gather(x, axis, index):
 
 
 def _scatter_source(x, src, index_shape, op):
-    from gradir.ops.lifting import lift_all
-
     x, src = lift_all(x, src, op=op)
     if src.ndim == 0:  # torch's `value=` form
-        from gradir.ops.shapes import broadcast_to
 
         return x, broadcast_to(src, index_shape)
     if src.ndim != len(index_shape) or any(i > s for i, s in zip(index_shape, src.shape)):
@@ -309,9 +297,6 @@ def scatter(x, axis, index, src):
 
 def masked_fill(x, mask, value):
     """torch.masked_fill: `value` where the bool `mask` (broadcast to x's shape) is true, x elsewhere."""
-    from gradir.ops.elementwise import where
-    from gradir.ops.lifting import broadcast_all
-
     x, mask = lift(x), lift(mask)
     if mask.dtype != dtypes.bool_:
         raise DTypeError(f"mask must be bool, got {dtypes.short(mask.dtype)}", op="masked_fill", source=user_source())
@@ -349,8 +334,6 @@ register(Primitive(
 def argsort(x, axis=-1, descending=False):
     """numpy.argsort (stable; `descending` as torch.argsort, ties in index order). Integer result,
     no gradient."""
-    from gradir.ops.lifting import normalize_axes
-
     x = lift(x)
     if x.ndim == 0:
         raise ShapeError("cannot sort a 0-d value", op="argsort", source=user_source())
@@ -374,9 +357,6 @@ def sort(x, axis=-1, descending=False):
 def topk(x, k, axis=-1, largest=True):
     """torch.topk: the k largest (or smallest) elements along `axis`, sorted, and their int64
     indices, as (values, indices). Gradients flow to the selected elements."""
-    from gradir.ops.lifting import normalize_axes
-    from gradir.ops.shapes import slice_axis
-
     x = lift(x)
     if x.ndim == 0:
         raise ShapeError("cannot take topk of a 0-d value", op="topk", source=user_source())
@@ -386,3 +366,47 @@ def topk(x, k, axis=-1, largest=True):
         raise ShapeError(f"k={k} is out of range for an axis of size {x.shape[axis]}", op="topk", source=user_source())
     idx = slice_axis(argsort(x, axis, descending=largest), axis, 0, k)
     return _take_along(x, idx, axis), idx
+
+
+# -- composites that select or repeat elements ----------------------------------------------------
+def _triangle(name, x, k, lower):
+    x = lift(x)
+    if x.ndim < 2:
+        raise ShapeError(f"needs a value of at least 2 dimensions, got {x.ndim}", op=name, source=user_source())
+    m, n = x.shape[-2:]
+    keep = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
+    return where(keep, x, 0)
+
+
+def tril(x, k=0):
+    """numpy.tril / torch.tril: zero the elements above the k-th diagonal of the last two axes."""
+    return _triangle("tril", x, int(k), True)
+
+
+def triu(x, k=0):
+    """numpy.triu / torch.triu: zero the elements below the k-th diagonal of the last two axes."""
+    return _triangle("triu", x, int(k), False)
+
+
+def repeat(x, repeats, axis=None):
+    """numpy.repeat (torch.repeat_interleave): each element repeated `repeats` times along `axis`
+    (over the flattened value when None). An int repeats by reshape and broadcast; a list of counts
+    is a gather with constant indices. (torch's `Tensor.repeat` is gr.tile.)"""
+    x = lift(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    axis = normalize_axis(axis, x.ndim, "repeat")
+    n = x.shape[axis]
+    if isinstance(repeats, (int, np.integer)):
+        r = int(repeats)
+        if r < 0:
+            raise ShapeError(f"negative repetitions {r}", op="repeat", source=user_source())
+        y = reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+        y = broadcast_to(y, x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
+        return reshape(y, x.shape[:axis] + (n * r,) + x.shape[axis + 1:])
+    counts = np.asarray(repeats)
+    counts = counts.astype(np.int64) if counts.size == 0 else counts  # ([] is a float64 array: no counts, no type)
+    if counts.shape not in ((n,), (1,)) or not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
+        raise ShapeError(f"repeats must be non-negative ints, one per element of an axis of size {n} (or one)",
+                         op="repeat", source=user_source())
+    return take(x, np.repeat(np.arange(n), np.broadcast_to(counts, (n,))), axis=axis)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import AxisError, DTypeError, ShapeError
-from gradir.interop import is_torch, torch_to_numpy
-from gradir.ir import Value
-from gradir.trace import EagerOperand, bind, constant, current_graph, is_traced, user_source
+from gradir.core import dtypes
+from gradir.core.errors import AxisError, DTypeError, ShapeError
+from gradir.core.interop import is_torch, torch_to_numpy
+from gradir.core.ir import Value
+from gradir.core.trace import EagerOperand, bind, constant, current_graph, is_traced, user_source
 
 
 def to_numpy(x):

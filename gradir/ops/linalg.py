@@ -7,13 +7,14 @@ import math
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import DTypeError, ShapeError
-from gradir.ir import Value
+from gradir.core import dtypes
+from gradir.core.errors import DTypeError, ShapeError, UnsupportedOpError
+from gradir.core.ir import Value
+from gradir.core.primitive import Primitive, register
+from gradir.core.trace import bind, user_source
 from gradir.ops.lifting import lift_all, type_str
-from gradir.ops.shapes import broadcast_to, reshape, swapaxes
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, user_source
+from gradir.ops.reductions import sum as sum_
+from gradir.ops.shapes import broadcast_to, reshape, swapaxes, transpose
 
 
 def _matmul_infer(a, b):
@@ -87,8 +88,6 @@ def dot(a, b):
 
 # -- einsum ------------------------------------------------------------------------------------------
 def _einsum_spec(subscripts: str, n: int):
-    from gradir.errors import UnsupportedOpError
-
     spec = subscripts.replace(" ", "")
     src = user_source()
     if "." in spec:
@@ -113,8 +112,6 @@ def _einsum_spec(subscripts: str, n: int):
 
 def _einsum_sum_to(x, have: str, keep: str):
     """Sum x (subscripts `have`) over the letters not in `keep`; return it and its subscripts."""
-    from gradir.ops.reductions import sum as sum_
-
     drop = tuple(i for i, c in enumerate(have) if c not in keep)
     if not drop:
         return x, have
@@ -124,8 +121,6 @@ def _einsum_sum_to(x, have: str, keep: str):
 def _einsum_pair(a, sa: str, b, sb: str, keep: str):
     """Contract two operands, keeping the letters in `keep`: batch letters (in both, kept), letters of
     one side only, and contracted ones (in both, not kept) become one batched matmul."""
-    from gradir.ops.shapes import transpose
-
     a, sa = _einsum_sum_to(a, sa, keep + sb)
     b, sb = _einsum_sum_to(b, sb, keep + sa)
     size = dict(zip(sa, a.shape)) | dict(zip(sb, b.shape))
@@ -150,8 +145,6 @@ def einsum(subscripts, *operands):
     each letter at most once per operand (no diagonals, no `...`); anything else raises
     UnsupportedOpError. Lowered to sums, transposes, reshapes and batched matmuls (pairwise, left to
     right), so the gradient is that of those ops."""
-    from gradir.ops.shapes import transpose
-
     ins, out = _einsum_spec(subscripts, len(operands))
     xs = lift_all(*operands, op="einsum")
     size = {}

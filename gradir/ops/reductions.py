@@ -5,14 +5,14 @@ from __future__ import annotations
 import builtins
 import math
 
-from gradir import dtypes
-from gradir.errors import AxisError, ShapeError, UnsupportedOpError
-from gradir.ops.elementwise import _float_like, equal, exp, log, not_equal, stop_gradient, where
+from gradir.core import dtypes
+from gradir.core.errors import AxisError, ShapeError, UnsupportedOpError
+from gradir.core.primitive import Primitive, register
+from gradir.core.trace import bind, user_source
+from gradir.ops.elementwise import _float_like, equal, exp, log, not_equal, sqrt, stop_gradient, where
 from gradir.ops.elementwise import abs as abs_
 from gradir.ops.lifting import astype, lift, normalize_axes
 from gradir.ops.shapes import broadcast_to, expand_dims, reshape, squeeze
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, user_source
 
 
 def _reduced_shape(shape, axes, keepdims):
@@ -155,8 +155,6 @@ def var(x, axis=None, keepdims=False, ddof=0):
 
 def std(x, axis=None, keepdims=False, ddof=0):
     """numpy.std with `ddof`."""
-    from gradir.ops.elementwise import sqrt
-
     return sqrt(var(x, normalize_axes(axis, lift(x).ndim, "std"), keepdims, ddof))
 
 
@@ -234,8 +232,6 @@ def _safe_root(s, p):
     """s ** (1/p) whose derivative at s = 0 is 0, not inf (then 0 * inf = nan): torch's norms give a
     zero gradient at x = 0. The root is taken of 1 there and the result replaced by 0 ** (1/p): 0,
     or inf for p < 0 (where s = 0 only when every |x| is inf)."""
-    from gradir.ops.elementwise import sqrt
-
     zero = equal(s, 0)
     safe = where(zero, 1.0, s)
     return where(zero, 0.0 if p > 0 else math.inf, sqrt(safe) if p == 2 else safe ** (1.0 / p))

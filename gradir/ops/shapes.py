@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 
-from gradir.errors import ShapeError
+from gradir.core.errors import ShapeError
+from gradir.core.primitive import Primitive, register
+from gradir.core.trace import bind, constant, user_source
 from gradir.ops.lifting import lift, lift_all, normalize_axes, normalize_axis
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, user_source
 
 
 def _linear_jvp(name):
@@ -24,9 +24,7 @@ def _linear_jvp(name):
 
 
 def _zeros_like(x):
-    from gradir.ops.creation import zeros
-
-    return zeros(x.shape, x.dtype)
+    return broadcast_to(constant(np.zeros((), x.dtype)), x.shape)
 
 
 # -- reshape -------------------------------------------------------------------------------------
@@ -134,11 +132,9 @@ def _broadcast_infer(x, shape):
 
 def unbroadcast(g, shape):
     """Sum `g` down to `shape`: the adjoint of broadcasting."""
-    from gradir.ops.reductions import sum as sum_
-
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
-    return reshape(sum_(g, axis=axes), shape) if axes else reshape(g, shape)
+    return reshape(bind("sum", g, axes=axes, keepdims=False), shape) if axes else reshape(g, shape)
 
 
 register(Primitive("broadcast_to", ("x",), _broadcast_infer, "np.broadcast_to(x, shape)",
@@ -280,27 +276,6 @@ def split(x, indices_or_sections, axis=0):
 
 
 # -- composites of the primitives above ------------------------------------------------------------
-def _triangle(name, x, k, lower):
-    from gradir.ops.elementwise import where
-
-    x = lift(x)
-    if x.ndim < 2:
-        raise ShapeError(f"needs a value of at least 2 dimensions, got {x.ndim}", op=name, source=user_source())
-    m, n = x.shape[-2:]
-    keep = np.tri(m, n, k, dtype=bool) if lower else ~np.tri(m, n, k - 1, dtype=bool)
-    return where(keep, x, 0)
-
-
-def tril(x, k=0):
-    """numpy.tril / torch.tril: zero the elements above the k-th diagonal of the last two axes."""
-    return _triangle("tril", x, int(k), True)
-
-
-def triu(x, k=0):
-    """numpy.triu / torch.triu: zero the elements below the k-th diagonal of the last two axes."""
-    return _triangle("triu", x, int(k), False)
-
-
 def roll(x, shift, axis=None):
     """numpy.roll (torch.roll): elements shifted by `shift` along `axis` (ints or tuples of them),
     wrapping around; over the flattened value when axis is None. Two slices and a concatenate."""
@@ -335,32 +310,6 @@ def tile(x, reps):
     y = reshape(x, [d for s in shape for d in (1, s)])
     y = broadcast_to(y, [d for r, s in zip(reps, shape) for d in (r, s)])
     return reshape(y, [r * s for r, s in zip(reps, shape)])
-
-
-def repeat(x, repeats, axis=None):
-    """numpy.repeat (torch.repeat_interleave): each element repeated `repeats` times along `axis`
-    (over the flattened value when None). An int repeats by reshape and broadcast; a list of counts
-    is a gather with constant indices. (torch's `Tensor.repeat` is gr.tile.)"""
-    x = lift(x)
-    if axis is None:
-        x, axis = reshape(x, (-1,)), 0
-    axis = normalize_axis(axis, x.ndim, "repeat")
-    n = x.shape[axis]
-    if isinstance(repeats, (int, np.integer)):
-        r = int(repeats)
-        if r < 0:
-            raise ShapeError(f"negative repetitions {r}", op="repeat", source=user_source())
-        y = reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
-        y = broadcast_to(y, x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
-        return reshape(y, x.shape[:axis] + (n * r,) + x.shape[axis + 1:])
-    counts = np.asarray(repeats)
-    counts = counts.astype(np.int64) if counts.size == 0 else counts  # ([] is a float64 array: no counts, no type)
-    if counts.shape not in ((n,), (1,)) or not np.issubdtype(counts.dtype, np.integer) or np.any(counts < 0):
-        raise ShapeError(f"repeats must be non-negative ints, one per element of an axis of size {n} (or one)",
-                         op="repeat", source=user_source())
-    from gradir.ops.indexing import take
-
-    return take(x, np.repeat(np.arange(n), np.broadcast_to(counts, (n,))), axis=axis)
 
 
 def outer(a, b):

@@ -9,7 +9,7 @@ the old definition. Ops recorded before the write keep reading the old value; ev
 Views do not share storage here: a slice taken before the write keeps the old contents (write
 through `x[idx] = ...`, which Python also uses for `x[idx] += y`).
 
-Version check: writing over a value that a VJP rule already read (`gradir.rules`) would make the
+Version check: writing over a value that a VJP rule already read (`gradir.core.rules`) would make the
 backward read the wrong value, so it raises `InPlaceError` naming the op that saved it and both
 source lines. Writing over a value no rule keeps (an add's input) is allowed.
 
@@ -28,17 +28,18 @@ import bisect
 
 import numpy as np
 
-from gradir import dtypes
-from gradir.errors import DTypeError, InPlaceError, ShapeError, TraceError, UnsupportedOpError
-from gradir.ir import Value
+from gradir.core import dtypes
+from gradir.core.errors import DTypeError, InPlaceError, ShapeError, TraceError, UnsupportedOpError
+from gradir.core.ir import Value
+from gradir.core.primitive import Primitive, register
+from gradir.core.rules import OUTPUT, explain_node, node_reads
+from gradir.core.trace import bind, current_graph, user_source
 from gradir.ops.creation import zeros
 from gradir.ops.elementwise import add, divide, equal, logical_and, multiply, remainder, subtract, where
 from gradir.ops.indexing import _check_bounds, _check_index, _expand_ellipsis, _is_int, _is_int_array, basic_box, take
 from gradir.ops.lifting import astype, concrete, lift, type_str
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, reshape
-from gradir.primitive import Primitive, register
-from gradir.trace import bind, current_graph, user_source
 
 # -- primitives ------------------------------------------------------------------------------------
 
@@ -318,8 +319,6 @@ def saved_by(x: Value) -> Value | None:
     """The first node whose VJP rule keeps `x` and may run: x's producer if its rule reads its own
     output, or a reader of x whose rule reads x to differentiate an operand that may need a gradient
     (inexact and not computed from constants alone). None if no rule keeps x."""
-    from gradir.rules import OUTPUT, node_reads
-
     later = x.graph.nodes[position(x) + 1:]  # readers come after the definition
     candidates = [(x, {OUTPUT})] if x.op not in ("input", "const") else []
     candidates += [(n, {j for j, i in enumerate(n.inputs) if i is x}) for n in later if any(i is x for i in n.inputs)]
@@ -360,8 +359,6 @@ def _const_only(v: Value, memo: dict) -> bool:
 
 def check_not_saved(x: Value, name: str, source: str | None) -> None:
     """Raise InPlaceError if a VJP rule already saved `x` (see `saved_by`)."""
-    from gradir.rules import explain_node
-
     n = saved_by(x)
     if n is None:
         return

@@ -1,0 +1,560 @@
+"""The kernel emitters: each fused kernel of the program as one LLVM function body. `LoopKernel` emits a
+fused loop nest (outer loops over the row axes, a loop nest per pass over the inner axes: elementwise chains,
+reductions, gathers and placements), `MatmulKernel` a matmul (a BLAS call, or a loop for small products) with
+its bias epilogue, `ScatterKernel` index_add. codegen.py's ModuleBuilder creates the functions and calls them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from gradir.core import dtypes
+from gradir.core.dtypes import is_float
+from gradir.core.ir import Value
+from gradir.passes.aliasing import c_strides
+from gradir.passes.fusion import PLACEMENTS, REDUCTIONS, in_kernel_value
+
+from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
+from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
+
+REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
+SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
+BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
+
+
+def reduction_identity(op: str, dt):
+    if op == "sum":
+        return 0
+    if is_float(dt):
+        return -math.inf if op in ("max", "argmax") else math.inf
+    if dt == dtypes.bool_:
+        return op in ("min", "argmin")
+    info = np.iinfo(dt)
+    return info.min if op in ("max", "argmax") else info.max
+
+
+class LoopKernel(Emitter):
+    """A fused loop nest: outer loops over the row axes, then one loop nest per pass over the inner axes."""
+
+    pass_index = 0  # the pass being emitted (row values between passes count as the pass before)
+
+    def emit(self):
+        k, b = self.k, self.b
+        self.immediates = self.program.immediates
+        self.plan = LoopPlan.nest(self.program, k)
+        self.counters: dict[int, ir.Value] = {}  # loop position -> its counter, while the code at hand is inside it
+        self.acc_slots = {n: b.alloca(COMPUTE[n.dtype], name=f"acc{i}") for i, n in enumerate(k.nodes)
+                          if n.op in REDUCTIONS or n.op in ("argmax", "argmin")}
+        # a float max/min in registers: NaN propagates through a flag (llvm.maximum reductions do not vectorize)
+        self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
+                          and n not in k.accumulated}
+        self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
+        for n in k.nodes:  # memory accumulators start at the reduction's identity (in node order: a set's
+            if n in k.accumulated:  # order would change the IR text, and so the disk cache's key, run to run)
+                self.fill(n, reduction_identity(n.op, n.dtype))
+        loops = self.open_loops(outer=True)
+        self.rows: dict[Value, ir.Value] = {}
+        self.emit_rows(0)
+        for p in range(k.num_passes):
+            self.emit_pass(p)
+            self.emit_rows(p + 1)
+        self.close_loops(loops)
+        self.finish()
+
+    def open_loops(self, outer: bool) -> list[Loop]:
+        """Open the plan's outer (row) or inner loops, outermost first."""
+        opened = []
+        for j, lp in enumerate(self.plan.loops):
+            if lp.outer == outer:
+                opened.append((j, self.loop_begin(lp.size, f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}")))
+                self.counters[j] = opened[-1][1].index
+        return opened
+
+    def close_loops(self, opened) -> None:
+        for j, lp in reversed(opened):
+            self.loop_end(lp)
+            del self.counters[j]
+
+    def term(self, t: Term) -> ir.Value:
+        """One address term of the plan: (counter // div) % mod * stride."""
+        b = self.b
+        v = self.counters[t.loop]
+        if t.div != 1:
+            v = b.udiv(v, ir.Constant(I64, t.div))
+        if t.mod is not None:
+            v = b.urem(v, ir.Constant(I64, t.mod))
+        return v if t.stride == 1 else b.mul(v, ir.Constant(I64, t.stride), flags=["nsw"])
+
+    def buffer_reads(self, n: Value):
+        """(operand, axis map) for each operand n reads from memory."""
+        return buffer_reads(self.program, self.k, n)
+
+    def literal(self, u: Value) -> bool:
+        return is_literal(self.program, u)
+
+    def producer(self, u: Value) -> Value | None:
+        return in_kernel_value(self.k, u)
+
+    def index(self, strides_by_domain: list[int], offset: int = 0) -> ir.Value:
+        """offset + the plan's address terms for these strides, over the loops the code at hand is inside."""
+        b, total = self.b, None
+        for t in self.plan.terms(strides_by_domain, self.counters):
+            term = self.term(t)
+            total = term if total is None else b.add(total, term, flags=["nsw"])
+        if total is None:
+            return ir.Constant(I64, offset)
+        return b.add(total, ir.Constant(I64, offset), flags=["nsw"]) if offset else total
+
+    def fill(self, n: Value, value) -> None:
+        owner = self.program.access[n].owner
+        lp = self.loop_begin(max(n.size, 1), "fill")
+        self.store_at(owner, lp.index, self.constant(value, n.dtype), n.dtype)
+        self.loop_end(lp)
+
+    # -- values
+    def value(self, u: Value, want: tuple, memo: dict) -> ir.Value:
+        """Operand u (read with axis map `want`) at the current loop point."""
+        if self.literal(u):
+            c = self.immediates.get(u, u)
+            return self.constant(c.attrs["value"].item(), u.dtype)
+        p = self.producer(u)
+        if p is None:
+            acc = self.program.access[u]
+            return self.load_at(acc.owner, self.index(mapped(acc.strides, want, len(self.k.domain)), acc.offset),
+                                u.dtype)
+        if p in self.rows:
+            return self.rows[p]
+        k = self.k
+        if self.stored_earlier(p):  # read it back (from cache) rather than compute it again
+            at = self.index(mapped(c_strides(p.shape, 1), k.maps[p], len(k.domain)))
+            return self.load_at(self.program.access[p].owner, at, p.dtype)
+        return self.compute(p, memo)
+
+    def stored_earlier(self, p: Value) -> bool:
+        return stored_earlier(self.k, p, self.pass_index)
+
+    def compute(self, n: Value, memo: dict) -> ir.Value:
+        """n at the current loop point, its in-kernel operands first (in dependency order, without
+        recursion: a fused chain can be thousands of ops deep)."""
+        stack = [(n, False)]
+        while stack:
+            v, operands_done = stack.pop()
+            if v in memo:
+                continue
+            if operands_done:
+                memo[v] = self.compute_one(v, memo)
+                continue
+            stack.append((v, True))
+            for u in ([self.k.copies[v]] if v in self.k.copies else v.inputs):
+                p = self.producer(u)
+                if p is not None and p not in memo and p not in self.rows and not self.stored_earlier(p):
+                    stack.append((p, False))
+        return memo[n]
+
+    def compute_one(self, n: Value, memo: dict) -> ir.Value:
+        """n, its in-kernel operands being computed already (in memo) or readable."""
+        k = self.k
+        m = k.maps[n]
+        self.at[:] = [n]
+        if n in k.copies:
+            v = self.value(k.copies[n], tuple(range(len(k.domain))), memo)
+        elif n.op == "take":
+            v = self.gather(n, memo)
+        elif n.op in PLACEMENTS:
+            v = self.place(n, memo)
+        elif n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
+            raise AssertionError("reductions are read from rows")
+        else:
+            xs = [self.value(u, m, memo) for u in n.inputs]
+            if n.op == "check_classes":
+                self.check_classes(n, xs[0])
+            v = self.elementwise(n, xs)
+        return v
+
+    def gather(self, n: Value, memo) -> ir.Value:
+        b, k = self.b, self.k
+        x, idx = n.inputs
+        axis, m = n.attrs["axis"], k.maps[n]
+        i = self.value(idx, m[axis:axis + idx.ndim], memo)
+        i = b.sext(i, I64) if i.type.width < 64 else i
+        size = x.shape[axis]
+        i = b.select(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.add(i, ir.Constant(I64, size)), i)
+        bad = b.or_(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.icmp_signed(">=", i, ir.Constant(I64, size)))
+        self.flag_error(bad, n)
+        i = b.select(bad, ir.Constant(I64, 0), i)
+        acc = self.program.access[x]
+        xm = tuple(m[:axis]) + tuple(m[axis + idx.ndim:])
+        rest = list(acc.strides[:axis]) + list(acc.strides[axis + 1:])
+        base = self.index(mapped(rest, xm, len(k.domain)), acc.offset)
+        at = b.add(base, b.mul(i, ir.Constant(I64, acc.strides[axis])))
+        return self.load_at(acc.owner, at, x.dtype)
+
+    # -- pad, concatenate, update_slice: each element is one operand element (or a fill value), chosen
+    # -- branch-free; the loads read a clamped, always valid position
+    def coords_of(self, n: Value) -> list[ir.Value]:
+        """n's coordinate along each of its axes (a size-1 axis is always at 0)."""
+        terms = [self.plan.coordinate(d) for d in self.k.maps[n]]
+        return [ir.Constant(I64, 0) if t is None else self.term(t) for t in terms]
+
+    def load_coords(self, u: Value, coords: list[ir.Value]) -> ir.Value:
+        if self.literal(u):
+            return self.constant(self.immediates.get(u, u).attrs["value"].item(), u.dtype)
+        acc = self.program.access[u]
+        return self.load_at(acc.owner, self.linear(coords, acc.strides, acc.offset), u.dtype)
+
+    def in_range(self, c, lo: int, hi: int):
+        b = self.b
+        return b.and_(b.icmp_signed(">=", c, ir.Constant(I64, lo)), b.icmp_signed("<", c, ir.Constant(I64, hi)))
+
+    def strided(self, c, start: int, step: int, count: int):
+        """(inside, k): whether coordinate c is start + k*step for some 0 <= k < count, and k."""
+        b = self.b
+        t = b.sub(c, ir.Constant(I64, start))
+        k = t if step == 1 else b.sdiv(t, ir.Constant(I64, step))
+        inside = self.in_range(t, 0, count * step - step + 1) if count else ir.Constant(I1, 0)
+        if step != 1:
+            inside = b.and_(inside, b.icmp_signed("==", b.srem(t, ir.Constant(I64, step)), ir.Constant(I64, 0)))
+        return inside, k
+
+    def load_where(self, inside, u: Value, coords, otherwise) -> ir.Value:
+        """u at coords where `inside`, else `otherwise`: a load under a branch, which the vectorizer turns
+        into a masked vector load (a contiguous piece stays contiguous; coords outside are never read)."""
+        if self.literal(u) or not u.size:
+            return self.b.select(inside, self.load_coords(u, coords), otherwise) if u.size else otherwise
+        b = self.b
+        before = b.block
+        then = self.fn.append_basic_block("in")
+        merge = self.fn.append_basic_block("placed")
+        b.cbranch(inside, then, merge)
+        b.position_at_end(then)
+        loaded = self.load_coords(u, coords)
+        then_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(otherwise.type)
+        phi.add_incoming(loaded, then_end)
+        phi.add_incoming(otherwise, before)
+        return phi
+
+    def place(self, n: Value, memo) -> ir.Value:
+        b, a, c = self.b, n.attrs, self.coords_of(n)
+        if n.op == "pad":
+            x = n.inputs[0]
+            inside, at = ir.Constant(I1, 1), []
+            for ci, lo, inter, size in zip(c, a["lo"], a["interior"], x.shape):
+                ok, k = self.strided(ci, lo, inter + 1, size)
+                inside, at = b.and_(inside, ok), at + [k]
+            return self.load_where(inside, x, at, self.constant(a["value"], n.dtype))
+        if n.op == "concatenate":
+            axis, offset, value = a["axis"], 0, self.constant(0, n.dtype)
+            for x in n.inputs:
+                size = x.shape[axis]
+                ok = self.in_range(c[axis], offset, offset + size)
+                at = c[:axis] + [b.sub(c[axis], ir.Constant(I64, offset))] + c[axis + 1:]
+                value = self.load_where(ok, x, at, value)
+                offset += size
+            return value
+        x, v = n.inputs  # update_slice
+        inside, at = ir.Constant(I1, 1), []
+        for ci, start, stop, step in zip(c, a["starts"], a["stops"], a["steps"]):
+            ok, k = self.strided(ci, start, step, len(range(start, stop, step)))
+            inside, at = b.and_(inside, ok), at + [k]
+        return self.load_where(inside, v, at, self.value(x, self.k.maps[n], memo))
+
+    def check_classes(self, n: Value, i: ir.Value) -> None:
+        b = self.b
+        size, ignore = n.attrs["size"], n.attrs["ignore"]
+        ty = i.type
+        bad = b.or_(b.icmp_signed("<", i, ir.Constant(ty, 0)), b.icmp_signed(">=", i, ir.Constant(ty, size)))
+        if ignore is not None:
+            bad = b.and_(bad, b.icmp_signed("!=", i, ir.Constant(ty, ignore)))
+        self.flag_error(bad, n)
+
+    def store_value(self, n: Value, v: ir.Value) -> None:
+        k = self.k
+        strides = c_strides(k.domain, 1) if n in k.copies else mapped(c_strides(n.shape, 1), k.maps[n], len(k.domain))
+        self.store_at(self.program.access[n].owner, self.index(list(strides)), v, n.dtype)
+
+    # -- row values: computed once per outer index, between passes
+    def emit_rows(self, after: int) -> None:
+        k = self.k
+        memo: dict = {}
+        for n in k.nodes:
+            if n.op in REDUCTIONS or n.op in ("argmax", "argmin"):
+                if n not in k.accumulated and k.row_after.get(n) == after:
+                    v = self.b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+                    if n in self.nan_slots:
+                        v = self.b.select(self.b.load(self.nan_slots[n], typ=I1), ir.Constant(v.type, math.nan), v)
+                    v = self.round_low_precision(v, n.dtype)
+                    self.rows[n] = v
+                    if n in k.stored:
+                        self.store_value(n, v)
+            elif k.row_after.get(n) == after and n in k.row_after:
+                v = self.compute(n, memo)
+                self.rows[n] = v
+                if n in k.stored:
+                    self.store_value(n, v)
+        if after < k.num_passes:  # the accumulators of the next pass start at their identity
+            for n in k.nodes:
+                if n in self.acc_slots and n not in k.accumulated and k.passes.get(n) == after:
+                    self.b.store(self.constant(reduction_identity(n.op, n.dtype), n.dtype), self.acc_slots[n])
+                    if n in self.nan_slots:
+                        self.b.store(ir.Constant(I1, 0), self.nan_slots[n])
+                    if n in self.arg_slots:
+                        x = n.inputs[0]
+                        self.b.store(self.constant(reduction_identity(n.op, x.dtype), x.dtype), self.arg_slots[n])
+
+    def emit_pass(self, p: int) -> None:
+        k = self.k
+        self.pass_index = p
+        loops = self.open_loops(outer=False)
+        memo: dict = {}
+        full = tuple(range(len(k.domain)))
+        for n in k.nodes:
+            if k.passes.get(n) != p or n in k.row_after and n.op not in REDUCTIONS and n.op not in ("argmax", "argmin"):
+                continue
+            if n.op in REDUCTIONS:
+                x = self.value(n.inputs[0], full, memo)
+                self.accumulate(n, x)
+            elif n.op in ("argmax", "argmin"):
+                self.arg_step(n, self.value(n.inputs[0], full, memo))
+            elif n in k.stored:
+                self.store_value(n, self.compute(n, memo))
+        self.close_loops(loops)
+
+    def combine(self, op: str, dt, acc, x):
+        b = self.b
+        if op == "sum":
+            if dt == dtypes.bool_:
+                return b.or_(acc, x)
+            return b.fadd(acc, x, flags=REASSOC) if is_float(dt) else b.add(acc, x)
+        if is_float(dt):
+            return self.intrinsic("llvm.maximum" if op == "max" else "llvm.minimum", COMPUTE[dt], [acc, x])
+        cmp = (b.icmp_unsigned if dt == dtypes.bool_ else b.icmp_signed)(">" if op == "max" else "<", x, acc)
+        return b.select(cmp, x, acc)
+
+    def accumulate(self, n: Value, x: ir.Value) -> None:
+        xd = n.inputs[0].dtype
+        if n.op == "sum" and xd != n.dtype:  # bool / int32 sums accumulate in int64, as NumPy
+            x = self.convert(x, xd, n.dtype)
+        if n in self.k.accumulated:
+            acc = self.program.access[n]
+            at = self.index(mapped(c_strides(n.shape, 1), self.k.maps[n], len(self.k.domain)))
+            old = self.load_at(acc.owner, at, n.dtype)
+            self.store_at(acc.owner, at, self.combine(n.op, n.dtype, old, x), n.dtype)
+        elif n in self.nan_slots:  # maxnum lanes plus an any-NaN flag: both vectorize as reductions
+            b = self.b
+            old = b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+            # no-NaN flags make it a recognised max reduction; NaN lanes give poison that the flag overrides
+            fn = self.module.declare_intrinsic("llvm.maxnum" if n.op == "max" else "llvm.minnum", [old.type],
+                                               ir.FunctionType(old.type, [old.type] * 2))
+            b.store(b.call(fn, [old, x], fastmath=("nnan", "nsz")), self.acc_slots[n])
+            b.store(b.or_(b.load(self.nan_slots[n], typ=I1), b.fcmp_unordered("uno", x, x)), self.nan_slots[n])
+        else:
+            old = self.b.load(self.acc_slots[n], typ=COMPUTE[n.dtype])
+            self.b.store(self.combine(n.op, n.dtype, old, x), self.acc_slots[n])
+
+    def arg_step(self, n: Value, x: ir.Value) -> None:
+        """argmax/argmin: the first index of the extreme value (of the first NaN, if any), as NumPy."""
+        b = self.b
+        dt = n.inputs[0].dtype
+        best = b.load(self.arg_slots[n], typ=COMPUTE[dt])
+        if is_float(dt):
+            better = b.fcmp_ordered(">" if n.op == "argmax" else "<", x, best)
+            better = b.or_(better, b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", best, best)))
+        else:
+            better = (b.icmp_unsigned if dt == dtypes.bool_ else b.icmp_signed)(">" if n.op == "argmax" else "<", x, best)
+        outer = self.k.outer
+        inner_strides = [0] * outer + list(c_strides(self.k.domain[outer:], 1))
+        i = self.index(inner_strides)
+        # the first element always wins (so an all -inf row gives 0); later ones only if strictly better
+        first = b.icmp_unsigned("==", i, ir.Constant(I64, 0))
+        better = b.or_(better, first)
+        b.store(b.select(better, x, best), self.arg_slots[n])
+        old = b.load(self.acc_slots[n], typ=I64)
+        b.store(b.select(better, i, old), self.acc_slots[n])
+
+
+# -- matmul --------------------------------------------------------------------------------------------
+
+class MatmulKernel(Emitter):
+    """C = A @ B with NumPy's matmul shapes, per batch element: BLAS gemm when the operands are strided
+    matrices (their transposes become its flags) with at least SMALL_MATMUL multiply-adds, else a loop."""
+
+    def emit(self):
+        n = self.k.nodes[0]
+        a, bv = n.inputs
+        A, B = self.program.access[a], self.program.access[bv]
+        ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
+        bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
+        if self.k.transposed is not None:  # write (A @ B)^T = B^T @ A^T: the operands swap and transpose
+            swap = lambda xs: tuple(xs[:-2]) + (xs[-1], xs[-2])
+            (A, ash, ast), (B, bsh, bst) = (B, swap(bsh), swap(bst)), (A, swap(ash), swap(ast))
+        M, K = ash[-2:]
+        N = bsh[-1]
+        batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
+        nb = len(batch)
+
+        def batch_strides(shape, strides):
+            lead = nb - (len(shape) - 2)
+            return [0] * lead + [0 if sh == 1 and bb != 1 else st
+                                 for sh, st, bb in zip(shape[:-2], strides[:-2], batch[lead:])]
+        self.dims = (M, N, K)
+        self.a_batch, self.b_batch = batch_strides(ash, ast), batch_strides(bsh, bst)
+        self.c_batch = list(c_strides(batch + (M, N), 1))[:nb]
+        self.a_mat, self.b_mat = ast[-2:], bst[-2:]
+        out = next((v for v in (self.k.epilogue, self.k.transposed) if v is not None), n)
+        self.A, self.B, self.C = A, B, self.program.access[out]
+        self.n = n
+        if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
+            self.fill_bias(out, self.k.bias)
+        loops = [self.loop_begin(s, f"b{d}") for d, s in enumerate(batch)]
+        idx = [lp.index for lp in loops]
+        offs = [self.linear(idx, s, acc.offset) for s, acc in
+                ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
+        blas = BLAS_GEMM.get(n.dtype)
+        la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
+        if M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
+            self.call_gemm(blas, la, lb, *offs)
+        else:
+            self.loop_matmul(*offs)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()
+
+    def fill_bias(self, out: Value, bias: Value) -> None:
+        loops = [self.loop_begin(s, f"c{d}") for d, s in enumerate(out.shape)]
+        c = [lp.index for lp in loops]
+        if bias in self.program.immediates or bias.op == "const" and not bias.ndim:
+            value = self.constant(self.program.immediates.get(bias, bias).attrs["value"].item(), bias.dtype)
+        else:
+            acc = self.program.access[bias]
+            value = self.load_at(acc.owner, self.linear(c, acc.strides, acc.offset), bias.dtype)
+        self.store_at(self.C.owner, self.linear(c, c_strides(out.shape, 1), self.C.offset), value, out.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+
+    def call_gemm(self, gemm, la, lb, a_off, b_off, c_off):
+        """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A)."""
+        b = self.b
+        M, N, K = self.dims
+        dt = self.n.dtype
+        ty = COMPUTE[dt]
+
+        def cell(ty_, value):
+            p = b.alloca(ty_)
+            b.store(ir.Constant(ty_, value), p)
+            return p
+        opa, lda = la
+        opb, ldb = lb
+        beta = 0.0 if self.k.epilogue is None else 1.0
+        args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M), cell(I32, K), cell(ty, 1.0),
+                self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
+                cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
+        b.call(self.mb.blas(gemm), args)
+
+    def loop_matmul(self, a_off, b_off, c_off):
+        b = self.b
+        M, N, K = self.dims
+        dt = self.n.dtype
+        sam, sak = self.a_mat
+        sbk, sbn = self.b_mat
+        li = self.loop_begin(M, "m")
+        lj = self.loop_begin(N, "n")
+        slot = self.entry_alloca(COMPUTE[dt])
+        ci = b.add(c_off, b.add(b.mul(li.index, ir.Constant(I64, N)), lj.index))
+        start = self.constant(0, dt) if self.k.epilogue is None else self.load_at(self.C.owner, ci, dt)
+        b.store(start, slot)
+        lk = self.loop_begin(K, "k")
+        ai = b.add(a_off, b.add(b.mul(li.index, ir.Constant(I64, sam)), b.mul(lk.index, ir.Constant(I64, sak))))
+        bi = b.add(b_off, b.add(b.mul(lk.index, ir.Constant(I64, sbk)), b.mul(lj.index, ir.Constant(I64, sbn))))
+        x = self.load_at(self.A.owner, ai, self.n.inputs[0].dtype)
+        y = self.load_at(self.B.owner, bi, self.n.inputs[1].dtype)
+        old = b.load(slot, typ=COMPUTE[dt])
+        if is_float(dt):
+            new = b.fadd(old, b.fmul(x, y), flags=REASSOC)
+        elif dt == dtypes.bool_:
+            new = b.or_(old, b.and_(x, y))
+        else:
+            new = b.add(old, b.mul(x, y))
+        b.store(new, slot)
+        self.loop_end(lk)
+        self.store_at(self.C.owner, ci, self.round_low_precision(b.load(slot, typ=COMPUTE[dt]), dt), dt)
+        self.loop_end(lj)
+        self.loop_end(li)
+
+    def entry_alloca(self, ty):
+        with self.b.goto_block(self.entry):
+            self.b.position_at_start(self.entry)
+            return self.b.alloca(ty)
+
+
+def blas_layout(rows: int, cols: int, s_row: int, s_col: int):
+    """('N'|'T', leading dimension) for passing a row-major-indexed matrix to column-major gemm, or None."""
+    if cols == 1:
+        s_col = 1
+    if rows == 1:
+        s_row = max(cols, 1)
+    if s_col == 1 and s_row >= max(cols, 1):
+        return "N", s_row
+    if s_row == 1 and s_col >= max(rows, 1):
+        return "T", s_col
+    return None
+
+
+# -- scatter-add ----------------------------------------------------------------------------------------
+
+class ScatterKernel(Emitter):
+    """index_add: zeros, then out[..., idx[j] mod size, ...] += g[..., j, ...] over g's elements in order.
+    index_update: a copy of x, then out[..., idx[j], ...] = v[..., j, ...] in order (the last write wins)."""
+
+    def emit(self):
+        b = self.b
+        n = self.k.nodes[0]
+        out = self.program.access[n].owner
+        if n.op == "index_update":
+            x, idx, g = n.inputs
+            axis = n.attrs["axis"]
+            size = x.shape[axis]
+            X = self.program.access[x]
+            loops = [self.loop_begin(s, f"x{d}") for d, s in enumerate(n.shape)]
+            c = [lp.index for lp in loops]
+            at = self.linear(c, c_strides(n.shape, 1))
+            self.store_at(out, at, self.load_at(X.owner, self.linear(c, X.strides, X.offset), x.dtype), n.dtype)
+            for lp in reversed(loops):
+                self.loop_end(lp)
+        else:
+            g, idx = n.inputs
+            axis, size = n.attrs["axis"], n.attrs["size"]
+            lp = self.loop_begin(max(n.size, 1), "zero")
+            self.store_at(out, lp.index, self.constant(0, n.dtype), n.dtype)
+            self.loop_end(lp)
+        G, I = self.program.access[g], self.program.access[idx]
+        loops = [self.loop_begin(s, f"g{d}") for d, s in enumerate(g.shape)]
+        c = [lp.index for lp in loops]
+
+        lin = self.linear
+        j = self.load_at(I.owner, lin(c[axis:axis + idx.ndim], I.strides, I.offset), idx.dtype)
+        j = b.sext(j, I64) if j.type.width < 64 else j
+        sz = ir.Constant(I64, size)
+        if n.op == "index_update":  # NumPy's indexing: negative counts from the end, out of range is an error
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+            bad = b.or_(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.icmp_signed(">=", j, sz))
+            self.flag_error(bad, n)
+            j = b.select(bad, ir.Constant(I64, 0), j)
+        else:  # the adjoint of take: positions modulo the size
+            j = b.srem(j, sz)
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+        oc = c[:axis] + [j] + c[axis + idx.ndim:]
+        at = lin(oc, c_strides(n.shape, 1))
+        x = self.load_at(G.owner, lin(c, G.strides, G.offset), g.dtype)
+        if n.op == "index_add":
+            old = self.load_at(out, at, n.dtype)
+            x = self.round_low_precision(b.fadd(old, x) if is_float(n.dtype) else b.add(old, x), n.dtype)
+        self.store_at(out, at, x, n.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()

@@ -1,0 +1,100 @@
+"""The public API, name by name: everything reached from `gr.` (the face's `__all__` and its namespaces), as it
+was before the layered layout (issue 20) and must stay. A name added or removed on purpose is added or removed here."""
+
+import types
+
+import pytest
+
+import gradir as gr
+
+FACE = [
+    "GradirError", "Graph", "Tensor", "Value", "__version__", "abs", "add", "amp", "arange", "argmax", "argmin",
+    "argsort", "astype", "bfloat16", "bool_", "broadcast_to", "ceil", "checkpoint", "clamp", "clear_caches", "clip",
+    "compile", "complex128", "concatenate", "cos", "cumsum", "distributed", "divide", "dot", "dtypes", "einsum",
+    "enable_grad", "equal", "erf", "errors", "exp", "expand_dims", "expm1", "float16", "float32", "float64",
+    "floor", "from_torch", "full", "gather", "getitem", "grad", "greater", "greater_equal", "imag", "int32",
+    "int64", "isfinite", "jvp", "less", "less_equal", "log", "log1p", "logical_and", "logical_not", "logical_or",
+    "logsumexp", "masked_fill", "matmul", "max", "maximum", "mean", "min", "minimum", "multiply", "negative",
+    "no_grad", "norm", "not_equal", "one_hot", "ones", "optim", "outer", "pad", "power", "prod", "real", "relu",
+    "remainder", "repeat", "reshape", "roll", "round", "rsqrt", "scatter", "scatter_add", "scope", "sigmoid",
+    "sign", "sin", "sort", "split", "sqrt", "square", "squeeze", "stack", "std", "stop_gradient", "subtract", "sum",
+    "swapaxes", "take", "tan", "tanh", "tile", "topk", "torch_saved", "trace", "trace_grad", "train", "transpose",
+    "tril", "triu", "value_and_grad", "var", "vjp", "where", "zeros",
+]
+
+NN = [
+    "adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "batch_norm", "batch_norm_stats",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "composite", "conv1d", "conv2d", "conv_transpose2d",
+    "cross_entropy", "dropout", "elu", "embedding", "fold", "gelu", "group_norm", "hardtanh", "layer_norm",
+    "leaky_relu", "linear", "log_softmax", "max_pool2d", "mse_loss", "nll_loss", "one_hot", "out_size", "relu",
+    "relu6", "rms_norm", "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "tanh", "unfold",
+]
+
+NAMESPACES = {
+    "optim": [
+        "GradirError", "Optimizer", "ShapeError", "Value", "adam", "adamw", "add", "astype", "chain", "clip",
+        "clip_by_global_norm", "cos", "cosine", "equal", "floor", "global_norm", "is_traced", "less",
+        "linear_lr", "linear_warmup", "loss_and_grads", "minimum", "power", "rmsprop", "sgd", "sqrt", "step_lr",
+        "sum", "tree_flatten", "tree_unflatten", "user_source", "where", "zeros",
+    ],
+    "amp": [
+        "GradirError", "LOW_PRECISION", "Optimizer", "Value", "abs", "add", "all_finite", "astype",
+        "cast_floats", "greater_equal", "is_traced", "less", "max", "maximum", "mixed_precision", "quietly",
+        "tree_flatten", "tree_unflatten", "user_source", "where", "zeros",
+    ],
+    "checks": [
+        "CmpRow", "CmpTable", "DTypeError", "DirectionalReport", "DirectionalRow", "GradcheckError",
+        "GradirError", "ShapeError", "central_difference", "cmp", "complex_step", "directional",
+        "forward_difference", "gradcheck", "is_torch", "order_of_accuracy", "torch_to_numpy", "tree_flatten",
+        "tree_flatten_with_path", "tree_unflatten",
+    ],
+    "distributed": [
+        "BucketPlan", "DataParallel", "DistributedError", "GradirError", "MESSAGE_BYTES", "ProcessInfo",
+        "finish", "free_port", "init", "launch_local", "loss_and_grads", "overlaps", "plan_buckets",
+        "tree_digest", "tree_flatten", "tree_flatten_with_path", "tree_unflatten",
+    ],
+    "dtypes": [
+        "DTypeError", "FLOATING", "FROM_SHORT", "SHORT_NAMES", "as_dtype", "bfloat16", "bool_", "complex128",
+        "complex64", "float16", "float32", "float64", "int32", "int64", "is_complex", "is_float", "is_inexact",
+        "is_integer", "promote", "real_dtype", "short", "weak_dtype",
+    ],
+    "errors": [
+        "AxisError", "BudgetError", "CheckpointError", "DTypeError", "ExecutionError", "FreedGraphError",
+        "GradirError", "IRParseError", "InPlaceError", "LoweringError", "ModelFileError",
+        "NonDifferentiableError", "ShapeError", "TraceError", "TracedControlFlowError", "UnsupportedOpError",
+        "VerifyError", "VersionError",
+    ],
+    "train": [
+        "CheckpointError", "TrainResult", "load_checkpoint", "memory", "plot_losses", "save_checkpoint",
+        "train_step",
+    ],
+}
+
+
+def public(obj) -> list[str]:
+    """A namespace's public names: what it defines (or lists in __all__), not the modules and helpers it imports."""
+    listed = set(getattr(obj, "__all__", ()))
+    return sorted(n for n in dir(obj) if not n.startswith("_") and not isinstance(getattr(obj, n), types.ModuleType)
+                  and (n in listed or getattr(getattr(obj, n), "__module__", "gradir").startswith("gradir")))
+
+
+def test_the_face_exports_the_same_names():
+    assert sorted(gr.__all__) == FACE
+    assert all(hasattr(gr, n) for n in FACE)
+
+
+def test_gr_nn_exports_the_same_names():
+    assert sorted(gr.nn.__all__) == NN
+    assert all(callable(getattr(gr.nn, n)) for n in NN)
+
+
+@pytest.mark.parametrize("name", sorted(NAMESPACES))
+def test_each_namespace_exports_the_same_names(name):
+    assert public(getattr(gr, name)) == NAMESPACES[name]
+
+
+def test_trace_and_train_are_functions_not_shadowed_modules():
+    """gr.trace and gr.train are the functions; the modules that held them live in the layers (core, training)."""
+    assert isinstance(gr.trace, types.FunctionType) and isinstance(gr.train, types.FunctionType)
+    assert gr.train.load_checkpoint.__module__ == "gradir.training.loop"
+    assert gr.trace.__module__.startswith("gradir.api")
