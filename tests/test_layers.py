@@ -133,3 +133,11 @@ def test_the_layer_test_sees_a_planted_violation(tmp_path):
     found = [i for i in imports(fake) if i.module == "gradir.core.fake"]
     assert found == [Import("gradir.core.fake", "gradir", 2, True, False)]
     assert layer("gradir.core.fake") < layer("gradir")
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists every package (an editable install finds a missing one, a wheel does not)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    assert packages == listed
