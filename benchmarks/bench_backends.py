@@ -254,9 +254,10 @@ def _named(names, grads) -> dict[str, np.ndarray]:
 @dataclass
 class Runner:
     key: str
-    call: Callable[[], Any]  # one step, synchronised; returns the system's own output
+    call: Callable[[], Any]  # one step; returns the system's own output (a GPU's work may be queued: see sync)
     unpack: Callable[[Any], tuple[float, dict[str, np.ndarray]]]
     compile_ms: float = float("nan")
+    steady_s: float = float("nan")  # median seconds of the steady calls after the first (_first_call)
     samples: list[float] = field(default_factory=list)  # per-call seconds, one per timed block
 
 
@@ -264,21 +265,29 @@ class Skip(Exception):
     """A system that cannot run this workload (not installed, not built, failed to compile)."""
 
 
-def _first_call(runner: Runner, steady_calls: int = 5, env: dict | None = None) -> Runner:
-    """Run the first call (the compile) and a few steady ones; compile_ms = first - median steady."""
+def _timed(call: Callable, sync: Callable[[], None] | None = None) -> float:
+    """Seconds one call takes; with `sync` (e.g. torch.cuda.synchronize), run before and after it, so the
+    device work the call queued asynchronously counts."""
+    if sync is not None:
+        sync()
+    t0 = time.perf_counter()
+    call()
+    if sync is not None:
+        sync()
+    return time.perf_counter() - t0
+
+
+def _first_call(runner: Runner, steady_calls: int = 5, env: dict | None = None,
+                sync: Callable[[], None] | None = None) -> Runner:
+    """Run the first call (the compile) and a few steady ones, each timed alone (between two `sync`s when
+    given); compile_ms = first - median steady, steady_s = median steady."""
     try:
         with _env(env or {}):
-            t0 = time.perf_counter()
-            runner.call()
-            first = time.perf_counter() - t0
+            first = _timed(runner.call, sync)
     except Exception as e:  # any failure to build or run skips the system
         raise Skip(f"failed to compile or run: {type(e).__name__}: {_short(e)}") from e
-    steady = []
-    for _ in range(steady_calls):
-        t0 = time.perf_counter()
-        runner.call()
-        steady.append(time.perf_counter() - t0)
-    runner.compile_ms = (first - statistics.median(steady)) * 1e3
+    runner.steady_s = statistics.median(_timed(runner.call, sync) for _ in range(steady_calls))
+    runner.compile_ms = (first - runner.steady_s) * 1e3
     return runner
 
 
@@ -396,17 +405,27 @@ def max_rel_error(ref: tuple[float, dict], got: tuple[float, dict]) -> float:
     return max(errs)
 
 
-def check(w: Workload, runners: dict[str, Runner], log=print) -> dict[str, float]:
-    """Compare every runner with gradir NumPy; remove (and report) the ones that disagree."""
-    if REFERENCE not in runners:
-        raise RuntimeError("gradir numpy (the reference) did not run")
-    ref = runners[REFERENCE].unpack(runners[REFERENCE].call())
+def check(w: Workload, runners: dict[str, Runner], log=print, ref: tuple[float, dict] | None = None,
+          systems: dict[str, str] = SYSTEMS, skipped: dict[str, str] | None = None) -> dict[str, float]:
+    """Compare every runner with `ref` (default: gradir NumPy's output); remove (and report) the ones that
+    disagree beyond w.rtol. With `skipped`, a runner whose check call raises moves there with the reason."""
+    if ref is None:
+        if REFERENCE not in runners:
+            raise RuntimeError("gradir numpy (the reference) did not run")
+        ref = runners[REFERENCE].unpack(runners[REFERENCE].call())
     errors = {}
     for key in list(runners):
-        err = max_rel_error(ref, runners[key].unpack(runners[key].call()))
+        try:
+            err = max_rel_error(ref, runners[key].unpack(runners[key].call()))
+        except Exception as e:
+            if skipped is None:
+                raise
+            skipped[key] = f"failed on the check call: {type(e).__name__}: {_short(e)}"
+            del runners[key]
+            continue
         errors[key] = err
         ok = err <= w.rtol
-        log(f"  check {SYSTEMS[key]:<14} max rel error {err:.1e} (tolerance {w.rtol:.0e}): {'ok' if ok else 'WRONG'}")
+        log(f"  check {systems[key]:<14} max rel error {err:.1e} (tolerance {w.rtol:.0e}): {'ok' if ok else 'WRONG'}")
         if not ok:
             del runners[key]
     return errors
@@ -423,14 +442,17 @@ def build(w: Workload, systems, log=print) -> tuple[dict[str, Runner], dict[str,
     return runners, skipped
 
 
-# -- timing ----------------------------------------------------------------------------------------
+# -- timing: one harness for bench_backends.py (CPU) and bench_gpu.py (sync=torch.cuda.synchronize) --------
 
-def _block(call: Callable, k: int, limit_s: float = math.inf) -> float:
+def _block(call: Callable, k: int, limit_s: float = math.inf, sync: Callable[[], None] | None = None) -> float:
     """Seconds per call over k back-to-back calls (fewer if they pass limit_s: a system slowed down
-    many-fold by another process does not stretch the run), with the garbage collector off."""
+    many-fold by another process does not stretch the run), with the garbage collector off; with `sync`,
+    between a sync before the first call and one after the last (asynchronous device work counts)."""
     gc.collect()
     gc.disable()
     try:
+        if sync is not None:
+            sync()
         t0 = time.perf_counter()
         n = 0
         while n < k:
@@ -438,78 +460,124 @@ def _block(call: Callable, k: int, limit_s: float = math.inf) -> float:
             n += 1
             if time.perf_counter() - t0 > limit_s:
                 break
+        if sync is not None:
+            sync()
         return (time.perf_counter() - t0) / n
     finally:
         gc.enable()
 
 
-def _settle(call: Callable, pause_s: float, warm_s: float) -> None:
+def _settle(call: Callable, pause_s: float, warm_s: float, min_calls: int = 1) -> None:
     """Sleep, so the previous system's idle worker threads stop spinning (OpenBLAS's spin for up to
     ~0.1 s after a call and, on 2 cores, stall another system's thread team many-fold), then wake this
-    system's threads up with untimed calls for about warm_s (at least one)."""
+    system's threads up with untimed calls for about warm_s (at least min_calls)."""
     if pause_s:
         time.sleep(pause_s)
     t_end = time.perf_counter() + warm_s
-    call()
+    for _ in range(min_calls):
+        call()
     while time.perf_counter() < t_end:
         call()
 
 
-def time_interleaved(runners: dict[str, Runner], rounds: int, block_s: float, warmup_s: float, pause_s: float = 0.0,
-                     rewarm_s: float = 0.005, seed: int = 0) -> dict[str, int]:
-    """Warm each system up for about warmup_s and pick its calls per block, then run `rounds` rounds,
-    each running every system's block once in a shuffled order, each block after a pause and a few
-    untimed calls (_settle). Returns the calls per block."""
+def time_interleaved(runners: dict[str, Runner], rounds: int, block_s: float, warmup_s: float | None,
+                     pause_s: float = 0.0, rewarm_s: float = 0.005, seed: int = 0, *, warm_calls: int = 1,
+                     sync: Callable[[], None] | None = None, log: Callable[[str], Any] | None = None) -> dict[str, int]:
+    """Pick each system's calls per block: after about warmup_s of warm-up, from the median of 5 single
+    calls; with warmup_s=None, from the steady time _first_call measured (no warm-up). Then run `rounds`
+    rounds, each running every system's block (_block, with `sync`) once in a shuffled order, each block
+    after a pause and untimed calls (_settle: pause_s, then for rewarm_s, at least warm_calls). `log`
+    (when given) hears of progress about every quarter of the rounds. Returns the calls per block."""
     calls = {}
     for key, r in runners.items():
-        _settle(r.call, pause_s, warmup_s)
-        single = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            r.call()
-            single.append(time.perf_counter() - t0)
-        calls[key] = max(1, round(block_s / statistics.median(single)))
+        if warmup_s is None:
+            per_call = r.steady_s
+            if per_call != per_call:
+                raise ValueError(f"{key}: no steady time from _first_call; pass warmup_s to measure one")
+        else:
+            _settle(r.call, pause_s, warmup_s)
+            per_call = statistics.median(_timed(r.call, sync) for _ in range(5))
+        calls[key] = max(1, round(block_s / max(per_call, 1e-9)))
     order = list(runners)
     rng = random.Random(seed)
-    for _ in range(rounds):
+    t0 = time.perf_counter()
+    for i in range(rounds):
         rng.shuffle(order)
         for key in order:
-            _settle(runners[key].call, pause_s, rewarm_s)
-            runners[key].samples.append(_block(runners[key].call, calls[key], limit_s=5 * block_s))
+            r = runners[key]
+            _settle(r.call, pause_s, rewarm_s, warm_calls)
+            r.samples.append(_block(r.call, calls[key], limit_s=5 * block_s, sync=sync))
+        if log is not None and ((i + 1) % max(1, rounds // 4) == 0 or i + 1 == rounds):
+            log(f"  round {i + 1}/{rounds} ({time.perf_counter() - t0:.0f} s)")
     return calls
 
 
-def summarise(runners: dict[str, Runner], calls: dict[str, int]) -> list[dict]:
+def summarise(runners: dict[str, Runner], calls: dict[str, int], baseline: str | None = None) -> list[dict]:
+    """One row per system, fastest first: median and fastest block's seconds per call ("s", "min_s"), the
+    spread (half the interquartile range, % of the median), "ratio" and "min_ratio" (median / the fastest
+    other system's median, min / the fastest other's min; with `baseline`: to that system's), calls per
+    block, compile ms and the number of rounds."""
     med = {k: statistics.median(r.samples) for k, r in runners.items()}
     best = {k: min(r.samples) for k, r in runners.items()}
     rows = []
     for key, r in runners.items():
-        others = [k for k in runners if k != key]
+        if baseline is None:
+            others = [k for k in runners if k != key]
+            ratio = med[key] / min(med[k] for k in others) if others else math.nan
+            min_ratio = best[key] / min(best[k] for k in others) if others else math.nan
+        else:
+            ratio, min_ratio = med[key] / med.get(baseline, math.nan), best[key] / best.get(baseline, math.nan)
         q = statistics.quantiles(r.samples, n=4) if len(r.samples) >= 2 else [med[key]] * 3
-        rows.append({"key": key, "us": med[key] * 1e6, "min_us": best[key] * 1e6,
-                     "spread": (q[2] - q[0]) / 2 / med[key] * 100,
-                     "ratio": med[key] / min(med[k] for k in others) if others else math.nan,
-                     "min_ratio": best[key] / min(best[k] for k in others) if others else math.nan,
-                     "calls": calls[key], "compile_ms": r.compile_ms})
-    return sorted(rows, key=lambda row: row["us"])
+        rows.append({"key": key, "s": med[key], "min_s": best[key], "spread": (q[2] - q[0]) / 2 / med[key] * 100,
+                     "ratio": ratio, "min_ratio": min_ratio, "calls": calls[key], "compile_ms": r.compile_ms,
+                     "rounds": len(r.samples)})
+    return sorted(rows, key=lambda row: row["s"])
 
 
 # -- report ----------------------------------------------------------------------------------------
 
-def render_table(w: Workload, rows, skipped, wrong, errors) -> str:
-    lines = [f"### {w.title}", "",
-             "| system | median µs | spread | vs fastest other | min µs | min vs fastest other's min | calls/block "
-             "| compile ms | max rel error |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+@dataclass(frozen=True)
+class Units:
+    """How a table shows times: the per-call columns' labels, scale (per second) and format, and the
+    compile column's label, unit (in ms) and format."""
+
+    median: str = "median µs"
+    min: str = "min µs"
+    per_s: float = 1e6
+    fmt: str = ",.1f"
+    compile: str = "compile ms"
+    compile_unit_ms: float = 1.0
+    compile_fmt: str = ",.0f"
+
+
+def system_name(key: str, compile_backend: str = "inductor", systems: dict[str, str] = SYSTEMS) -> str:
+    """The table's name for a system; torch.compile with another backend than Inductor says which."""
+    if key == "torch.compile" and compile_backend != "inductor":
+        return f"torch.compile ({compile_backend})"
+    return systems[key]
+
+
+def render_table(w: Workload, rows, skipped, wrong, errors, *, units: Units = Units(), baseline: str | None = None,
+                 systems: dict[str, str] = SYSTEMS, compile_backend: str = "inductor") -> str:
+    """The workload's markdown table: summarise's rows, then the wrong and the skipped systems. Without
+    `baseline` the ratios are to the fastest other system (median and min columns); with it, one ratio
+    column, to that system's median."""
+    name = functools.partial(system_name, compile_backend=compile_backend, systems=systems)
     fmt = lambda v, spec, suffix="": "" if v != v else f"{v:{spec}}{suffix}"  # NaN -> empty cell
+    cols = ["system", units.median, "spread", "vs fastest other" if baseline is None else f"vs {baseline}", units.min,
+            *(["min vs fastest other's min"] if baseline is None else []), "calls/block", units.compile, "max rel error"]
+    lines = [f"### {w.title}", "", "| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
     for row in rows:
-        lines.append(f"| {SYSTEMS[row['key']]} | {row['us']:,.1f} | ±{row['spread']:.0f}% | {fmt(row['ratio'], '.2f', 'x')} | "
-                     f"{row['min_us']:,.1f} | {fmt(row['min_ratio'], '.2f', 'x')} | {row['calls']} | "
-                     f"{fmt(row['compile_ms'], ',.0f')} | {fmt(errors.get(row['key'], math.nan), '.0e')} |")
+        cells = [name(row["key"]), f"{row['s'] * units.per_s:{units.fmt}}", f"±{row['spread']:.0f}%",
+                 fmt(row["ratio"], ".2f", "x"), f"{row['min_s'] * units.per_s:{units.fmt}}",
+                 *([fmt(row["min_ratio"], ".2f", "x")] if baseline is None else []), str(row["calls"]),
+                 fmt(row["compile_ms"] / units.compile_unit_ms, units.compile_fmt),
+                 fmt(errors.get(row["key"], math.nan), ".0e")]
+        lines.append("| " + " | ".join(cells) + " |")
     for key, err in wrong.items():
-        lines.append(f"| {SYSTEMS[key]} | wrong | | | | | | | {err:.0e} |")
+        lines.append(f"| {name(key)} | wrong |" + " |" * (len(cols) - 3) + f" {err:.0e} |")
     for key, why in skipped.items():
-        lines.append(f"| {SYSTEMS[key]} | skipped: {why} | | | | | | | |")
+        lines.append(f"| {name(key)} | skipped: {why} |" + " |" * (len(cols) - 2))
     return "\n".join(lines) + "\n"
 
 
@@ -609,24 +677,31 @@ def environment_line() -> str:
             f"cores busy with other processes at the start: {busy:.1f}.{warn}")
 
 
-def header(command: str, args) -> str:
-    versions = [f"Python {platform.python_version()}"]
-    for name, mod in (("NumPy", "numpy"), ("PyTorch", "torch"), ("JAX", "jax"), ("jaxlib", "jaxlib"),
-                      ("llvmlite", "llvmlite"), ("gradir", "gradir")):
+MODULES = (("NumPy", "numpy"), ("PyTorch", "torch"), ("JAX", "jax"), ("jaxlib", "jaxlib"), ("llvmlite", "llvmlite"),
+           ("gradir", "gradir"))  # (name, module) whose versions a header reports, when installed
+
+
+def versions(modules=MODULES) -> str:
+    out = [f"Python {platform.python_version()}"]
+    for name, mod in modules:
         v = _version(mod)
         if v is not None:
-            versions.append(f"{name} {v}")
+            out.append(f"{name} {v}")
+    return ", ".join(out)
+
+
+def cpu_description() -> str:
     threads = ""
     with contextlib.suppress(ImportError):
         import torch
 
         threads = f", PyTorch {torch.get_num_threads()} threads"
-    return "\n".join([
-        "# Backend benchmark results",
-        "",
-        f"`{command}` on {_cpu_model()}, {os.cpu_count()} CPU cores ({platform.platform()}{threads}); "
-        f"{', '.join(versions)}.",
-        "",
+    return f"{_cpu_model()}, {os.cpu_count()} CPU cores ({platform.platform()}{threads})"
+
+
+def cpu_method(args) -> str:
+    """The method paragraph of bench_backends.py's report."""
+    return (
         f"{args.rounds} interleaved rounds, each system timed once per round for a block of about "
         f"{args.block_ms:g} ms (calls/block; cut short at 5x that), shuffled order per round, "
         f"after {args.warmup_s:g} s of warm-up per system; "
@@ -637,9 +712,18 @@ def header(command: str, args) -> str:
         "vs fastest other: median / the fastest other system's median (below 1.00x: faster than every other "
         "system); compile ms: first call of a fresh compiled object minus a steady call (gradir with "
         "GRADIR_CACHE_DIR=off); max rel error: loss and gradients against gradir numpy, relative to each "
-        "array's largest magnitude (at least 1% of the largest gradient's).",
-        "",
-    ])
+        "array's largest magnitude (at least 1% of the largest gradient's).")
+
+
+def header(command: str, args, *, title: str = "Backend benchmark results", where: str | None = None,
+           modules=MODULES, note: str = "", method: str | None = None) -> str:
+    """A report's head: the title; the command, where it ran (default: this CPU; bench_gpu.py: the GPU or
+    Triton's interpreter) and the versions of `modules`; an optional note; the method paragraph (default:
+    bench_backends.py's, from args)."""
+    lines = [f"# {title}", "", f"`{command}` on {where or cpu_description()}; {versions(modules)}.", ""]
+    if note:
+        lines += [note, ""]
+    return "\n".join([*lines, method if method is not None else cpu_method(args), ""])
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -650,10 +734,10 @@ def run_workload(key: str, systems, args, log=print) -> str:
     runners, skipped = build(w, systems, log=log)
     if REFERENCE not in runners:
         return f"### {w.title}\n\ngradir numpy (the reference) failed: {skipped.get(REFERENCE, 'not selected')}\n"
-    errors = check(w, runners, log=log)
+    errors = check(w, runners, log=log, skipped=skipped)
     wrong = {k: e for k, e in errors.items() if k not in runners}
     if REFERENCE not in args.systems_timed:
-        runners.pop(REFERENCE)
+        runners.pop(REFERENCE, None)
     meter = OtherLoad().start()
     calls = time_interleaved(runners, args.rounds, args.block_ms / 1e3, args.warmup_s, args.pause_ms / 1e3)
     other = meter.cores()

@@ -19,7 +19,9 @@ such as gradir's launches from Python, counts). The table reports the median ms 
 spread (half the interquartile range, in % of the median), the ratio to torch.compile's median (below
 1.00x: faster than torch.compile) and the compile time (the first call of a fresh compiled object minus a
 steady call; gradir's with GRADIR_CACHE_DIR=off, Triton's and Inductor's own on-disk caches as they are).
-The tables are written atomically after every workload (a run cut short keeps the finished ones).
+The tables are written atomically after every workload (a run cut short keeps the finished ones). The
+harness (first call, interleaved timing, summary, table, header) is bench_backends.py's, run with
+``sync=torch.cuda.synchronize``, no pause between blocks and the ratio to torch.compile.
 
 ``--device cpu`` runs the same pipeline on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1,
 set here before triton is imported): those timings say nothing about speed, the run only checks that the
@@ -39,12 +41,9 @@ import math
 import os
 import pathlib
 import platform
-import random
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 
 import numpy as np
 
@@ -63,6 +62,11 @@ WORKLOADS = ("mlp1024", "gpt", "gpt_large")
 # --quick: a few rows each, so Triton's CPU interpreter gets through every kernel in well under a second
 QUICK_SIZES = {"mlp1024": {"B": 32, "H": 64}, "gpt": {"B": 2, "T": 4, "C": 8, "heads": 2},
                "gpt_large": {"B": 1, "T": 8, "C": 12, "heads": 3}}
+
+# the tables' time columns: ms per step and compile seconds (bench_backends.py's: µs per call, compile ms)
+STEP_MS = bb.Units(median="median ms/step", min="min ms", per_s=1e3, fmt=",.3f", compile="compile s",
+                   compile_unit_ms=1e3, compile_fmt=",.1f")
+MODULES = (("PyTorch", "torch"), ("Triton", "triton"), ("NumPy", "numpy"), ("gradir", "gradir"))
 
 Runner = bb.Runner
 Skip = bb.Skip
@@ -101,12 +105,10 @@ class Bench:
 
     def __init__(self, torch, device, compile_backend: str = "inductor", quick: bool = False):
         self.torch, self.device, self.compile_backend = torch, device, compile_backend
+        # run after each timed call or block, so the work queued on the GPU counts (on the CPU: done on return)
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else None
         # --quick (the interpreter, ~0.5 s a call): one steady call after the first, no untimed call per block
         self.steady_calls, self.warm_calls = (1, 0) if quick else (3, 1)
-
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
 
     def args(self, w: bb.Workload, grad: bool, dtype=None) -> list:
         """w's arguments as torch tensors on the device; `grad`: the differentiated floating ones require
@@ -135,26 +137,8 @@ class Bench:
         return unpack
 
     def first_call(self, runner: Runner, env: dict | None = None) -> Runner:
-        """The first call (the compile), synchronised, and a few steady ones: compile_ms = first - median steady."""
-        try:
-            with bb._env(env or {}):
-                self.sync()
-                t0 = time.perf_counter()
-                runner.call()
-                self.sync()
-                first = time.perf_counter() - t0
-        except Exception as e:  # a failure to build or run skips the system, with the reason
-            raise Skip(f"failed to compile or run: {type(e).__name__}: {bb._short(e)}") from e
-        steady = []
-        for _ in range(self.steady_calls):
-            self.sync()
-            t0 = time.perf_counter()
-            runner.call()
-            self.sync()
-            steady.append(time.perf_counter() - t0)
-        runner.compile_ms = (first - statistics.median(steady)) * 1e3
-        runner.steady_s = statistics.median(steady)
-        return runner
+        """bench_backends.py's first call (compile_ms, steady_s), synchronised, with this bench's steady calls."""
+        return bb._first_call(runner, self.steady_calls, env, sync=self.sync)
 
     # each builder: a Runner (compiled, first call done) or Skip
     def gradir_triton(self, w: bb.Workload) -> Runner:
@@ -191,112 +175,33 @@ class Bench:
         return {"triton": self.gradir_triton, "torch": self.torch_eager, "torch.compile": self.torch_compile}[key](w)
 
 
-# -- timing ----------------------------------------------------------------------------------------
-
-def _block(bench: Bench, call: Callable, k: int, limit_s: float = math.inf) -> float:
-    """Seconds per call over k back-to-back calls between two synchronisations (fewer calls if they pass
-    limit_s), with the garbage collector off."""
-    gc.collect()
-    gc.disable()
-    try:
-        bench.sync()
-        t0 = time.perf_counter()
-        n = 0
-        while n < k:
-            call()
-            n += 1
-            if time.perf_counter() - t0 > limit_s:
-                bench.sync()
-                break
-        bench.sync()
-        return (time.perf_counter() - t0) / n
-    finally:
-        gc.enable()
-
-
-def time_interleaved(bench: Bench, runners: dict[str, Runner], rounds: int, block_s: float, seed: int = 0,
-                     log=print) -> dict[str, int]:
-    """`rounds` rounds, each running every system's block once in a shuffled order, each block after
-    bench.warm_calls untimed calls. Returns the calls per block."""
-    calls = {key: max(1, round(block_s / max(r.steady_s, 1e-9))) for key, r in runners.items()}
-    order = list(runners)
-    rng = random.Random(seed)
-    t0 = time.perf_counter()
-    for i in range(rounds):
-        rng.shuffle(order)
-        for key in order:
-            r = runners[key]
-            for _ in range(bench.warm_calls):  # untimed: this system's code and data are warm again
-                r.call()
-            r.samples.append(_block(bench, r.call, calls[key], limit_s=5 * block_s))
-        if (i + 1) % max(1, rounds // 4) == 0 or i + 1 == rounds:
-            log(f"  round {i + 1}/{rounds} ({time.perf_counter() - t0:.0f} s)")
-    return calls
-
-
-def summarise(runners: dict[str, Runner], calls: dict[str, int]) -> list[dict]:
-    med = {k: statistics.median(r.samples) for k, r in runners.items()}
-    base = med.get(BASELINE, math.nan)
-    rows = []
-    for key, r in runners.items():
-        q = statistics.quantiles(r.samples, n=4) if len(r.samples) >= 2 else [med[key]] * 3
-        rows.append({"key": key, "ms": med[key] * 1e3, "min_ms": min(r.samples) * 1e3,
-                     "spread": (q[2] - q[0]) / 2 / med[key] * 100, "ratio": med[key] / base,
-                     "calls": calls[key], "compile_ms": r.compile_ms, "rounds": len(r.samples)})
-    return sorted(rows, key=lambda row: row["ms"])
-
-
 # -- report ----------------------------------------------------------------------------------------
 
-def system_name(key: str, compile_backend: str) -> str:
-    if key == "torch.compile" and compile_backend != "inductor":
-        return f"torch.compile ({compile_backend})"
-    return SYSTEMS[key]
-
-
-def render_table(w: bb.Workload, rows, skipped: dict, wrong: dict, errors: dict, compile_backend: str) -> str:
-    fmt = lambda v, spec, suffix="": "" if v != v else f"{v:{spec}}{suffix}"  # NaN -> empty cell
-    lines = [f"### {w.title}", "",
-             f"| system | median ms/step | spread | vs {BASELINE} | min ms | calls/block | compile s | max rel error |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        lines.append(f"| {system_name(row['key'], compile_backend)} | {row['ms']:,.3f} | ±{row['spread']:.0f}% | "
-                     f"{fmt(row['ratio'], '.2f', 'x')} | {row['min_ms']:,.3f} | {row['calls']} | "
-                     f"{fmt(row['compile_ms'] / 1e3, ',.1f')} | {fmt(errors.get(row['key'], math.nan), '.0e')} |")
-    for key, err in wrong.items():
-        lines.append(f"| {system_name(key, compile_backend)} | wrong | | | | | | {err:.0e} |")
-    for key, why in skipped.items():
-        lines.append(f"| {system_name(key, compile_backend)} | skipped: {why} | | | | | | |")
-    ms = {row["key"]: row["ms"] for row in rows}
-    if "triton" in ms and BASELINE in ms:
-        r = ms["triton"] / ms[BASELINE]
-        lines += ["", f"gradir triton / {system_name(BASELINE, compile_backend)}: **{r:.2f}x** "
-                      f"({'faster' if r < 1 else 'slower'}; target: below 1.00x)."]
-    return "\n".join(lines) + "\n"
+def verdict(rows: list[dict], compile_backend: str) -> str:
+    """The line under a table: gradir triton's median over torch.compile's ("" unless both were timed)."""
+    ratio = next((row["ratio"] for row in rows if row["key"] == "triton"), math.nan)
+    if ratio != ratio:
+        return ""
+    return (f"\ngradir triton / {bb.system_name(BASELINE, compile_backend)}: **{ratio:.2f}x** "
+            f"({'faster' if ratio < 1 else 'slower'}; target: below 1.00x).\n")
 
 
 def header(command: str, args, torch, device, warm_calls: int = 1) -> str:
-    versions = [f"Python {platform.python_version()}"]
-    for name, mod in (("PyTorch", "torch"), ("Triton", "triton"), ("NumPy", "numpy"), ("gradir", "gradir")):
-        v = bb._version(mod)
-        if v is not None:
-            versions.append(f"{name} {v}")
+    """bench_backends.py's header, with this device and this run's method."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        where = (f"GPU: **{torch.cuda.get_device_name(device)}** ({props.multi_processor_count} SMs, "
-                 f"{props.total_memory / 2**30:.0f} GiB, compute capability {props.major}.{props.minor}; "
-                 f"CUDA {torch.version.cuda}; TF32 matmuls {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})")
+        where = (f"{platform.node() or 'this machine'}'s GPU, **{torch.cuda.get_device_name(device)}** "
+                 f"({props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB, compute capability "
+                 f"{props.major}.{props.minor}; CUDA {torch.version.cuda}; TF32 matmuls "
+                 f"{'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'})")
         note = ""
     else:
-        where = f"Device: **CPU, through Triton's interpreter** (TRITON_INTERPRET=1; {bb._cpu_model()}, {os.cpu_count()} cores)"
-        note = ("\n**Interpreter timings: meaningless for speed.** This run only checks that the pipeline (compile, "
-                "correctness check, interleaved timing, table) works; the GPU figures come from `--device cuda`.\n")
+        where = (f"{platform.node() or 'this machine'}'s **CPU, through Triton's interpreter** (TRITON_INTERPRET=1; "
+                 f"{bb._cpu_model()}, {os.cpu_count()} cores)")
+        note = ("**Interpreter timings: meaningless for speed.** This run only checks that the pipeline (compile, "
+                "correctness check, interleaved timing, table) works; the GPU figures come from `--device cuda`.")
     backend = "Inductor, default mode" if args.compile_backend == "inductor" else f"backend {args.compile_backend!r}"
-    return "\n".join([
-        "# GPU benchmark: gradir's Triton backend",
-        "",
-        f"{where}; {', '.join(versions)}. `{command}` on {platform.node() or 'this machine'}.",
-        note,
+    method = (
         f"Each system's loss and gradients are first checked against PyTorch eager in float64 on the same device "
         f"(max rel error: over the loss and every gradient, relative to each array's largest magnitude, at least 1% "
         f"of the largest gradient's); a system beyond the workload's tolerance is reported wrong and not timed. "
@@ -306,10 +211,9 @@ def header(command: str, args, torch, device, warm_calls: int = 1) -> str:
         f"synchronised before and after the block. median ms/step: median over rounds; spread: half the "
         f"interquartile range; vs {BASELINE} ({backend}): median / its median (below 1.00x: faster); compile s: "
         f"first call of a fresh compiled object minus a steady call (gradir with GRADIR_CACHE_DIR=off; Triton's "
-        f"and Inductor's on-disk caches as they were).",
-        "",
-        "",
-    ])
+        f"and Inductor's on-disk caches as they were).")
+    return bb.header(command, args, title="GPU benchmark: gradir's Triton backend", where=where, modules=MODULES,
+                     note=note, method=method) + "\n"
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -332,26 +236,16 @@ def run_workload(bench: Bench, key: str, systems: list[str], args, log=print) ->
         ref = bench.reference(w)
     except Exception as e:
         return f"### {w.title}\n\nthe float64 reference (PyTorch eager) failed: {type(e).__name__}: {bb._short(e)}\n"
-    errors, wrong = {}, {}
-    for s in list(runners):
-        try:
-            errors[s] = bb.max_rel_error(ref, runners[s].unpack(runners[s].call()))
-        except Exception as e:
-            skipped[s] = f"failed on the check call: {type(e).__name__}: {bb._short(e)}"
-            del runners[s]
-            continue
-        ok = errors[s] <= w.rtol
-        log(f"  check {SYSTEMS[s]:<14} max rel error {errors[s]:.1e} (tolerance {w.rtol:.0e}): {'ok' if ok else 'WRONG'}")
-        if not ok:
-            wrong[s] = errors.pop(s)
-            del runners[s]
+    errors = bb.check(w, runners, log=log, ref=ref, systems=SYSTEMS, skipped=skipped)
+    wrong = {k: e for k, e in errors.items() if k not in runners}
     del ref
+    rows = []
     if runners:
-        calls = time_interleaved(bench, runners, args.rounds, args.block_ms / 1e3, log=log)
-        rows = summarise(runners, calls)
-    else:
-        rows = []
-    table = render_table(w, rows, skipped, wrong, errors, args.compile_backend)
+        calls = bb.time_interleaved(runners, args.rounds, args.block_ms / 1e3, None, rewarm_s=0.0,
+                                    warm_calls=bench.warm_calls, sync=bench.sync, log=log)
+        rows = bb.summarise(runners, calls, baseline=BASELINE)
+    table = bb.render_table(w, rows, skipped, wrong, errors, units=STEP_MS, baseline=BASELINE, systems=SYSTEMS,
+                            compile_backend=args.compile_backend) + verdict(rows, args.compile_backend)
     log(table)
     runners.clear()
     gc.collect()

@@ -1,5 +1,6 @@
 """The layers of DESIGN.md, read from the source with `ast`: imports run only downward, no import cycles, no
-gradir module imported inside a function, no module importing the face `gradir`, no source file over 800 lines.
+gradir module imported inside a function, no module importing the face `gradir`, no source file over 800 lines,
+no `global` statement (options never travel through module globals).
 
     util <- core <- ops <- passes <- backends <- viz <- api <- eager <- training, frontends <- cli <- the face
 """
@@ -118,6 +119,14 @@ def test_few_function_local_imports():
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_file_over_800_lines(name):
     assert len(MODULES[name].read_text().splitlines()) <= MAX_LINES
+
+
+def test_no_options_through_module_globals():
+    """No `global` statement: options travel as arguments or objects (gr.compile's options ride on the graph it
+    traces, gradir/api/options.py), not through module state one call sets and another reads."""
+    found = [f"{MODULES[m].relative_to(REPO)}:{n.lineno}" for m in MODULES
+             for n in ast.walk(ast.parse(MODULES[m].read_text())) if isinstance(n, ast.Global)]
+    assert found == []
 
 
 def test_every_package_says_what_it_may_import():
