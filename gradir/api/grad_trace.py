@@ -17,6 +17,7 @@ import numpy as np
 
 from gradir.api.args import prepare
 from gradir.backends import compile_graph, measure_memory
+from gradir.backends.llvm import RENDERS as LLVM_RENDERS
 from gradir.core import dtypes
 from gradir.core.errors import DTypeError, ShapeError
 from gradir.core.ir import Graph, Value
@@ -129,9 +130,10 @@ class GradTrace:
 
     @functools.cached_property
     def kernels(self) -> dict:
-        """The fused kernel programs the compiled backends run: {"forward": ..., "backward": ...}
+        """The fused kernel programs the LLVM backend (the default) runs: {"forward": ..., "backward": ...}
         (gradir.passes.fusion.FusedProgram; the backward's kernels follow the schedule)."""
-        return {"forward": fuse(self.forward), "backward": fuse(self.backward, self.schedule.order)}
+        return {"forward": fuse(self.forward, renders=LLVM_RENDERS),
+                "backward": fuse(self.backward, self.schedule.order, renders=LLVM_RENDERS)}
 
     def render(self, path, progress=None):
         """Write diagrams (forward, backward, joint: .dot, and .svg via the `dot` program), the memory
