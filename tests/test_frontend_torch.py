@@ -365,6 +365,57 @@ def test_unmapped_op_is_one_clear_error():
     assert e.value.source == line_of("ZETA_LINE")
 
 
+class MaskedSum(nn.Module):
+    def forward(self, x):
+        return x[x > 0].sum()  # BOOL_MASK_LINE
+
+
+class NonzeroCount(nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x).sum() * 1.0  # NONZERO_LINE
+
+
+@pytest.mark.parametrize("module, marker", [(MaskedSum, "BOOL_MASK_LINE"), (NonzeroCount, "NONZERO_LINE")])
+def test_data_dependent_shape_is_one_clear_error_saying_what_to_write(module, marker):
+    """Boolean-mask indexing and nonzero make a shape that depends on the values: one error naming the user's line,
+    saying why and what to write instead (not an unmapped-op message with unrelated suggestions)."""
+    with pytest.raises(UnsupportedOpError) as e:
+        gr.from_torch(module(), torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64))
+    msg = str(e.value)
+    assert "data-dependent shape" in msg and "torch.where(mask, x, 0)" in msg and "nearest supported" not in msg
+    assert e.value.source == line_of(marker)
+
+
+def test_the_masked_spelling_the_error_suggests_captures_and_matches_torch():
+    x = torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64, requires_grad=True)
+
+    class Masked(nn.Module):
+        def forward(self, x):
+            return torch.where(x > 0, x, 0).sum()
+
+    f, params = gr.from_torch(Masked(), x.detach())
+    got = gr.grad(lambda v: f(params, v))(x.detach().numpy())
+    MaskedSum()(x).backward()
+    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-12)
+
+
+class WrongShapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return (self.fc(x) @ torch.ones(3, 2, dtype=x.dtype)).sum()  # WRONG_SHAPES_LINE
+
+
+def test_a_shape_mistake_is_one_line_naming_the_model_line_and_torch_stays_quiet(capfd):
+    with pytest.raises(TraceError) as e:
+        gr.from_torch(WrongShapes().double(), torch.randn(2, 3, dtype=torch.float64))
+    assert e.value.source == line_of("WRONG_SHAPES_LINE") and "cannot be multiplied" in str(e.value)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # torch's fake-tensor log (tens of lines) is silenced during capture
+
+
 class Dropper(nn.Module):
     def __init__(self):
         super().__init__()

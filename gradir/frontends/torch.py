@@ -12,10 +12,14 @@ of gradir never knows the graph came from PyTorch). torch is imported only here 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import inspect
+import logging
 import operator
 import os
 import re
+import traceback
 import warnings
 from dataclasses import dataclass, field
 
@@ -171,21 +175,47 @@ def _drop_dead(graph) -> None:
             graph.erase_node(node)
 
 
+@contextlib.contextmanager
+def _quiet_torch():
+    """Silence logging while torch captures: its fake-tensor and export loggers print tens of lines for one
+    shape mistake before gradir's one-line error (restored after; Python's logging has one global switch)."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
+def _model_line(module, error: BaseException) -> str | None:
+    """`file.py:LINE` of the innermost frame of `error`'s traceback in the file that defines `module`'s class."""
+    try:
+        path = os.path.abspath(inspect.getsourcefile(type(module)) or "")
+    except TypeError:  # a built-in or C-defined class
+        return None
+    line = None
+    for frame, lineno in traceback.walk_tb(error.__traceback__):
+        if os.path.abspath(frame.f_code.co_filename) == path:
+            line = f"{os.path.basename(path)}:{lineno}"
+    return line
+
+
 def _capture(module, inputs, decompose: bool) -> tuple[Captured, str | None]:
     """torch.export first; make_fx (which specialises Python control flow on the example inputs) where
     export refuses the module. Returns the capture and why export failed (None if it did not)."""
-    try:
-        return _capture_export(module, inputs, decompose), None
-    except GradirError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any export failure: fall back, and say why on f.export_error
-        why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-    try:
-        return _capture_make_fx(module, inputs), why
-    except Exception as e:  # noqa: BLE001 - neither capture works: one gradir error with both reasons
-        raise TraceError(f"cannot capture {type(module).__name__}: torch.export failed ({why}) and make_fx failed "
-                         f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
-                         op="from_torch", source=user_source()) from e
+    with _quiet_torch():
+        try:
+            return _capture_export(module, inputs, decompose), None
+        except GradirError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any export failure: fall back, and say why on f.export_error
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        try:
+            return _capture_make_fx(module, inputs), why
+        except Exception as e:  # noqa: BLE001 - neither capture works: one gradir error with both reasons
+            raise TraceError(f"cannot capture {type(module).__name__}: torch.export failed ({why}) and make_fx failed "
+                             f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
+                             op="from_torch", source=_model_line(module, e) or user_source()) from e
 
 
 # -- source lines, scopes and the op table --------------------------------------------------------
@@ -234,6 +264,18 @@ def _table_entry(node):
     return aten_table.lookup(name, overload)
 
 
+# ATen ops whose result's shape depends on the values (what each comes from in the user's code)
+DATA_DEPENDENT = {
+    "nonzero": "torch.nonzero / argwhere / x[mask]",
+    "argwhere": "torch.argwhere",
+    "masked_select": "torch.masked_select / x[mask]",
+    "unique": "torch.unique", "_unique": "torch.unique", "_unique2": "torch.unique",
+    "unique_consecutive": "torch.unique_consecutive", "unique_dim": "torch.unique",
+    "_assert_scalar": "a size computed from values, as in boolean-mask indexing x[mask]",
+    "_local_scalar_dense": "tensor.item() or a Python number read from a tensor",
+}
+
+
 def _check_mapped(graph) -> dict:
     """The table entry of every call node; ONE UnsupportedOpError naming the first unmapped ATen op, its
     model line and the nearest mapped names (and how many others are unmapped)."""
@@ -245,6 +287,15 @@ def _check_mapped(graph) -> dict:
         if entry is None:
             missing.append(node)
         entries[node] = entry
+    dependent = [n for n in missing if aten_name(n.target)[0] in DATA_DEPENDENT]
+    if dependent:
+        node = dependent[0]
+        name = aten_name(node.target)[0]
+        raise UnsupportedOpError(
+            f"a data-dependent shape: the size of a value here depends on the tensor's values ({DATA_DEPENDENT[name]}), "
+            "and gradir's graphs have static shapes. Keep the shape and mask the values instead, e.g. "
+            "torch.where(mask, x, 0).sum() for x[mask].sum(), or (mask * x).sum() / mask.sum() for a masked mean",
+            op=f"aten.{name}", source=node_source(node) or user_source())
     if missing:
         node = missing[0]
         name, overload = aten_name(node.target)
