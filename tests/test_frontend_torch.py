@@ -399,6 +399,17 @@ def test_the_masked_spelling_the_error_suggests_captures_and_matches_torch():
     np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-12)
 
 
+class ReadsItem(nn.Module):
+    def forward(self, x):
+        return x * x.sum().item()  # ITEM_LINE
+
+
+def test_a_value_read_into_python_is_one_clear_error():
+    with pytest.raises(UnsupportedOpError) as e:
+        gr.from_torch(ReadsItem(), torch.randn(2, 3, dtype=torch.float64))
+    assert "item()" in str(e.value) and "keep it a tensor" in str(e.value) and e.value.source == line_of("ITEM_LINE")
+
+
 class WrongShapes(nn.Module):
     def __init__(self):
         super().__init__()

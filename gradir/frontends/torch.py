@@ -272,7 +272,6 @@ DATA_DEPENDENT = {
     "unique": "torch.unique", "_unique": "torch.unique", "_unique2": "torch.unique",
     "unique_consecutive": "torch.unique_consecutive", "unique_dim": "torch.unique",
     "_assert_scalar": "a size computed from values, as in boolean-mask indexing x[mask]",
-    "_local_scalar_dense": "tensor.item() or a Python number read from a tensor",
 }
 
 
@@ -287,6 +286,11 @@ def _check_mapped(graph) -> dict:
         if entry is None:
             missing.append(node)
         entries[node] = entry
+    read = [n for n in missing if aten_name(n.target)[0] == "_local_scalar_dense"]
+    if read:
+        raise UnsupportedOpError("a tensor's value read into Python (tensor.item(), float(t), int(t)): gradir's graphs "
+                                 "compute with tensors only; keep it a tensor (x * x.sum(), not x * x.sum().item())",
+                                 op="aten._local_scalar_dense", source=node_source(read[0]) or user_source())
     dependent = [n for n in missing if aten_name(n.target)[0] in DATA_DEPENDENT]
     if dependent:
         node = dependent[0]
