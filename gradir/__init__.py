@@ -14,7 +14,7 @@ from gradir.core import dtypes, errors
 from gradir.core.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.core.errors import GradirError
 from gradir.core.ir import Graph, Value
-from gradir.core.trace import scope
+from gradir.core.source import scope
 from gradir.eager.grad_mode import enable_grad, no_grad
 from gradir.eager.tensor import Tensor  # the eager front door
 from gradir.frontends import from_torch, torch_saved

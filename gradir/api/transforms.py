@@ -26,6 +26,7 @@ from gradir.core.errors import DTypeError, GradirError, NonDifferentiableError, 
 from gradir.core.interop import is_torch, torch_to_numpy
 from gradir.core.ir import Graph, Value
 from gradir.core.seed import check_implied_seed
+from gradir.core.source import scope
 from gradir.core.trace import (
     abstract_dtype,
     building,
@@ -34,7 +35,6 @@ from gradir.core.trace import (
     current_scope,
     inline,
     is_traced,
-    scope,
     user_source,
 )
 from gradir.ops import zeros

@@ -16,7 +16,7 @@ from gradir.core import dtypes
 from gradir.core.errors import ExecutionError, GradirError, TraceError
 from gradir.core.ir import Graph, Value
 from gradir.core.primitive import REGISTRY, get_primitive
-from gradir.core.source import current_scope, origin, scope, source_of, user_source  # noqa: F401 - re-exported
+from gradir.core.source import current_scope, origin, source_of, user_source
 from gradir.util.gcpause import gc_paused
 from gradir.util.pytree import tree_flatten
 
