@@ -101,6 +101,11 @@ def op_recipes() -> dict:
         return (r.permutation(int(np.prod(shape))).reshape(shape) * 0.3 + r.uniform(0, 0.05, size=shape))
 
     x34 = u(3, 4)
+    eye3 = 3 * np.eye(3)
+
+    def sym(a):
+        return (a + gr.linalg.matrix_transpose(a)) / 2
+
     idx = np.array([2, 0, 2, 1])
     mask = r.random((3, 4)) > 0.5
     targets = np.array([1, 0, 4, 2])
@@ -145,6 +150,30 @@ def op_recipes() -> dict:
         "fold": (lambda c: fold(c, (3, 3), 2), [u(1, 2, 2, 2, 2, 2)], {}),
         "cross_entropy": (lambda z: gr.nn.cross_entropy(z, targets), [u(4, 5) * 2], {}),
         "batch_norm": (lambda x, w, b: gr.nn.batch_norm(x, w, b), [u(4, 3), pos(3), u(3)], {}),
+        # (added last, so the draws above keep their values) domains narrower than the generic [0.5, 1.5]
+        "arcsin": (lambda x: bind("arcsin", x), [u(3, 4) * 0.9], {}),
+        "arccos": (lambda x: bind("arccos", x), [u(3, 4) * 0.9], {}),
+        "arccosh": (lambda x: bind("arccosh", x), [pos(3, 4) + 1.0], {}),
+        "erfinv": (lambda x: bind("erfinv", x), [u(3, 4) * 0.9], {}),
+        "polygamma": (lambda x: bind("polygamma", lift(np.full((3, 4), 2.0)), x), [pos(3, 4)], {}),
+        # matrices kept well conditioned (3I added), symmetric where the factorization needs it
+        "inv": (lambda a: bind("inv", a), [u(3, 3) + eye3], {}),
+        "det": (lambda a: bind("det", a), [u(2, 3, 3) + eye3], {}),
+        "logabsdet": (lambda a: bind("logabsdet", a), [u(3, 3) + eye3], {}),
+        "solve": (lambda a, b: bind("solve", a, b), [u(3, 3) + eye3, u(3, 2)], {}),
+        "solve_triangular": (lambda a, b: bind("solve_triangular", a, b, lower=True), [u(3, 3) + eye3, u(3, 2)], {}),
+        "cholesky": (lambda a: bind("cholesky", sym(a)), [u(3, 3) + eye3], {}),
+        "qr_q": (lambda a: bind("qr_q", a), [u(4, 3)], {}),
+        "qr_r": (lambda a: bind("qr_r", a), [u(3, 4)], {}),
+        "eigh_values": (lambda a: bind("eigh_values", sym(a)), [u(3, 3)], {}),
+        "eigh_vectors": (lambda a: bind("eigh_vectors", sym(a)), [u(3, 3)], {}),
+        "svd_u": (lambda a: bind("svd_u", a), [u(4, 3)], {}),
+        "svd_s": (lambda a: bind("svd_s", a), [u(4, 3)], {}),
+        "svd_vh": (lambda a: bind("svd_vh", a), [u(3, 4)], {}),
+        "cumprod": (lambda x: bind("cumprod", x, axis=0), [u(3, 4)], {}),
+        "logcumsumexp": (lambda x: bind("logcumsumexp", x, axis=1, reverse=False), [u(3, 4)], {}),
+        "index_reduce": (lambda v: bind("index_reduce", v, lift(np.array([2, 0, 2, 1, 2])), size=4, reduce="prod"),
+                         [u(5)], {}),
     }
 
 

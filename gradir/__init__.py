@@ -20,6 +20,7 @@ from gradir.eager.tensor import Tensor  # the eager front door
 from gradir.frontends import from_torch, torch_saved
 from gradir.ops import *  # noqa: F403 - the NumPy-named op library is the top-level namespace
 from gradir.ops import __all__ as _ops_all
+from gradir.ops import linalg_namespace as linalg  # noqa: F401 - gr.linalg, a namespace
 from gradir.ops import nn  # noqa: F401 - gr.nn, a namespace
 from gradir.training import amp, distributed, optim
 from gradir.training.loop import train  # gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import gradir as gr
-from gradir.core.errors import GradirError, UnsupportedOpError
 
 METHODS = {
     "sqrt": (lambda a: a.sqrt(), lambda a: a.sqrt()),
@@ -40,7 +39,8 @@ def test_value_methods_grad_match_torch(name):
     np.testing.assert_allclose(np.asarray(t.grad.data), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
-def test_floordiv_clear_error():
-    with pytest.raises(UnsupportedOpError, match="floor"):
-        gr.grad(lambda a: gr.sum(a // 2.0))(np.ones(2))
-    assert issubclass(UnsupportedOpError, GradirError)
+def test_floordiv_is_numpys_with_a_zero_gradient():
+    x = np.array([-3.5, -1.0, 0.25, 2.0, 7.5])
+    np.testing.assert_array_equal(gr.compile(lambda a: a // 2.0)(x), x // 2.0)
+    np.testing.assert_array_equal(gr.compile(lambda a: 5.0 // a)(x), 5.0 // x)
+    np.testing.assert_array_equal(gr.grad(lambda a: gr.sum(a // 2.0))(x), np.zeros(5))  # piecewise constant

@@ -1,9 +1,11 @@
 """The op library: NumPy-named functions over traced values or arrays, each bound to primitives, and `gr.nn`.
 
 Layer rule: imports gradir.util, gradir.core and itself. Inside: lifting, shapes, elementwise, reductions,
-creation, indexing, linalg, update, conv, methods, nn (each imports only modules before it)."""
+creation, special, indexing, linalg, decompositions, linalg_namespace (gr.linalg), update, scans, arrange,
+index_writes, conv, methods, nn (each imports only modules before it)."""
 
-from gradir.ops import methods, nn  # noqa: F401 - gr.nn
+from gradir.ops import linalg_namespace, methods, nn  # noqa: F401 - gr.linalg (registers the decompositions), gr.nn
+from gradir.ops.arrange import diag, diag_embed, diagonal, flip, hstack, linalg_trace, meshgrid, rot90, vstack
 from gradir.ops.creation import arange, full, ones, zeros
 from gradir.ops.elementwise import (
     abs,
@@ -51,6 +53,16 @@ from gradir.ops.elementwise import (
     tanh,
     where,
 )
+from gradir.ops.index_writes import (
+    index_add,
+    index_copy,
+    index_fill,
+    index_put,
+    masked_scatter,
+    scatter_reduce,
+    select_scatter,
+    slice_scatter,
+)
 from gradir.ops.indexing import (
     argsort,
     gather,
@@ -67,8 +79,21 @@ from gradir.ops.indexing import (
     triu,
 )
 from gradir.ops.lifting import astype
-from gradir.ops.linalg import dot, einsum, matmul
+from gradir.ops.linalg import addmm, baddbmm, cross, dot, einsum, inner, kron, matmul, tensordot
 from gradir.ops.reductions import argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var
+from gradir.ops.scans import (
+    count_nonzero,
+    cummax,
+    cummin,
+    cumprod,
+    diff,
+    kthvalue,
+    logcumsumexp,
+    median,
+    nanmean,
+    nansum,
+    quantile,
+)
 from gradir.ops.shapes import (
     broadcast_to,
     concatenate,
@@ -83,6 +108,51 @@ from gradir.ops.shapes import (
     swapaxes,
     tile,
     transpose,
+)
+from gradir.ops.special import (
+    acos,
+    acosh,
+    addcdiv,
+    addcmul,
+    all,
+    any,
+    arccos,
+    arccosh,
+    arcsin,
+    arcsinh,
+    arctan,
+    arctan2,
+    arctanh,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    clone,
+    copy,
+    cosh,
+    digamma,
+    erfc,
+    erfinv,
+    exp2,
+    floor_divide,
+    fmod,
+    full_like,
+    isinf,
+    isnan,
+    lerp,
+    lgamma,
+    log2,
+    log10,
+    logaddexp,
+    logit,
+    nan_to_num,
+    ones_like,
+    polygamma,
+    sinh,
+    trunc,
+    xlogy,
+    zeros_like,
 )
 from gradir.ops.update import setitem  # noqa: F401 - x[idx] = v as a pure op; registers its primitives
 
@@ -99,4 +169,16 @@ __all__ = [
     # issue 10: the op library PyTorch models need
     "argsort", "ceil", "clamp", "clip", "cumsum", "einsum", "expm1", "floor", "gather", "log1p", "masked_fill", "norm",
     "outer", "prod", "repeat", "roll", "round", "scatter", "scatter_add", "sort", "tan", "tile", "topk", "tril", "triu",
+    # issue 21: scans, order statistics, diagonals, stacking and index writes (scans.py, arrange.py, index_writes.py)
+    "count_nonzero", "cummax", "cummin", "cumprod", "diag", "diag_embed", "diagonal", "diff", "flip", "hstack",
+    "index_add", "index_copy", "index_fill", "index_put", "kthvalue", "linalg_trace", "logcumsumexp", "masked_scatter",
+    "median", "meshgrid", "nanmean", "nansum", "quantile", "rot90", "scatter_reduce", "select_scatter",
+    "slice_scatter", "vstack",
+    # issue 21: elementwise math, logic and creation (gradir/ops/special.py; addmm, baddbmm in linalg.py)
+    "acos", "acosh", "addcdiv", "addcmul", "addmm", "all", "any", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
+    "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "baddbmm", "clone", "copy", "cosh", "digamma",
+    "erfc", "erfinv", "exp2", "floor_divide", "fmod", "full_like", "isinf", "isnan", "lerp", "lgamma", "log2", "log10",
+    "logaddexp", "logit", "nan_to_num", "ones_like", "polygamma", "sinh", "trunc", "xlogy", "zeros_like",
+    # issue 21: linear algebra (linalg.py; the decompositions are gr.linalg's, decompositions.py)
+    "cross", "inner", "kron", "tensordot",
 ]

@@ -27,13 +27,22 @@ def out_size(n: int, k: int, s: int, p: int, d: int) -> int:
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
 
+def ntuple(v, n: int, what: str, op: str, minimum: int = 0) -> tuple[int, ...]:
+    """An int or n ints as an n-tuple (kernel_size=3 -> (3, 3, 3) for n = 3)."""
+    try:
+        vals = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v)
+    except TypeError:
+        vals = ()
+    if len(vals) != n or any(not isinstance(a, (int, np.integer)) or a < minimum for a in vals):
+        many = {1: "a 1-tuple", 2: "a pair"}.get(n, f"{n}")
+        raise ShapeError(f"{what} must be an int >= {minimum} or {many} of them, got {v!r}", op=op,
+                         source=user_source())
+    return tuple(int(a) for a in vals)
+
+
 def pair(v, what: str, op: str, minimum: int = 0) -> tuple[int, int]:
     """An int or a pair of ints as a pair (kernel_size=3 -> (3, 3))."""
-    vals = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
-    if len(vals) != 2 or any(not isinstance(a, (int, np.integer)) or a < minimum for a in vals):
-        raise ShapeError(f"{what} must be an int >= {minimum} or a pair of them, got {v!r}", op=op,
-                         source=user_source())
-    return (int(vals[0]), int(vals[1]))
+    return ntuple(v, 2, what, op, minimum)
 
 
 def _unfold_infer(x, kernel, stride, padding, dilation, value):

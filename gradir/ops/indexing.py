@@ -253,13 +253,23 @@ def _flat_positions(x, index, axis: int, op: str, checked: bool = True):
     return astype(index, dtypes.int64) * strides[axis] + offsets, axis
 
 
+def _at_least_1d(x, index):
+    """torch's gather and scatter read a 0-d operand or index as 1-d of size 1."""
+    x, index = lift(x), lift(index)
+    if x.ndim == 0 or index.ndim == 0:
+        x, index = (reshape(v, (1,)) if v.ndim == 0 else v for v in (x, index))
+    return x, index
+
+
 def gather(x, axis, index):
     """torch.gather (numpy.take_along_axis with torch's shapes): out[i][j] = x[index[i][j]][j] for
     axis 0. index has x's number of dimensions and is at most x's size off `axis`; the result has
-    index's shape. One `take` on the flattened x, so the gradient is a scatter-add into x."""
-    x = lift(x)
+    index's shape (a 0-d x or index counts as 1-d, as torch). One `take` on the flattened x, so the
+    gradient is a scatter-add into x."""
+    shape = lift(index).shape
+    x, index = _at_least_1d(x, index)
     flat, _ = _flat_positions(x, index, axis, "gather")
-    return bind("take", reshape(x, (-1,)), flat, axis=0)
+    return reshape(bind("take", reshape(x, (-1,)), flat, axis=0), shape)
 
 
 def _scatter_source(x, src, index_shape, op):
@@ -277,22 +287,25 @@ def _scatter_source(x, src, index_shape, op):
 
 def scatter_add(x, axis, index, src):
     """torch.scatter_add: x with src[i][j] added at x[index[i][j]][j] (axis 0); repeated positions
-    accumulate. Differentiable in x (identity) and src (a gather of the cotangent)."""
-    x = lift(x)
+    accumulate (a 0-d x, index or src counts as 1-d, as torch). Differentiable in x (identity) and src
+    (a gather of the cotangent)."""
+    shape = lift(x).shape
+    x, index = _at_least_1d(x, index)
     flat, _ = _flat_positions(x, index, axis, "scatter_add")
     x, src = _scatter_source(x, src, flat.shape, "scatter_add")
     added = bind("index_add", src, flat, axis=0, size=int(np.prod(x.shape)))
-    return x + reshape(added, x.shape)
+    return reshape(x + reshape(added, x.shape), shape)
 
 
 def scatter(x, axis, index, src):
     """torch.scatter: x with x[index[i][j]][j] = src[i][j] (axis 0); src may be a scalar. With
     repeated positions the last write wins (torch leaves the order unspecified). Differentiable in x
-    (zero where overwritten) and src."""
-    x = lift(x)
+    (zero where overwritten) and src; a 0-d x, index or src counts as 1-d, as torch."""
+    shape = lift(x).shape
+    x, index = _at_least_1d(x, index)
     flat, _ = _flat_positions(x, index, axis, "scatter")
     x, src = _scatter_source(x, src, flat.shape, "scatter")
-    return reshape(bind("index_update", reshape(x, (-1,)), flat, src, axis=0), x.shape)
+    return reshape(bind("index_update", reshape(x, (-1,)), flat, src, axis=0), shape)
 
 
 def masked_fill(x, mask, value):
@@ -333,10 +346,11 @@ register(Primitive(
 
 def argsort(x, axis=-1, descending=False):
     """numpy.argsort (stable; `descending` as torch.argsort, ties in index order). Integer result,
-    no gradient."""
+    no gradient; a 0-d x (axis 0 or -1) gives a 0-d 0, as torch."""
     x = lift(x)
     if x.ndim == 0:
-        raise ShapeError("cannot sort a 0-d value", op="argsort", source=user_source())
+        normalize_axes(axis, 0, "argsort")
+        return reshape(bind("argsort", reshape(x, (1,)), axis=0, descending=bool(descending)), ())
     (axis,) = normalize_axes(axis, x.ndim, "argsort")
     return bind("argsort", x, axis=axis, descending=bool(descending))
 
@@ -348,8 +362,12 @@ def _take_along(x, idx, axis):
 
 
 def sort(x, axis=-1, descending=False):
-    """numpy.sort / torch.sort(...).values: the gradient flows back to each element's position."""
+    """numpy.sort / torch.sort(...).values: the gradient flows back to each element's position. A 0-d x
+    (axis 0 or -1) is its own sort, as torch."""
     x = lift(x)
+    if x.ndim == 0:
+        normalize_axes(axis, 0, "sort")
+        return x
     idx = argsort(x, axis, descending)
     return _take_along(x, idx, axis)
 

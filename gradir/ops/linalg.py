@@ -1,5 +1,6 @@
 """matmul: one primitive on equal-batch operands of rank >= 2; the public function adds NumPy's
-1-D and batch-broadcasting rules around it."""
+1-D and batch-broadcasting rules around it. The other products (dot, einsum, tensordot, inner, kron, cross)
+are composites of it and the shape and elementwise ops."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from gradir.core.errors import DTypeError, ShapeError, UnsupportedOpError
 from gradir.core.ir import Value
 from gradir.core.primitive import Primitive, register
 from gradir.core.trace import bind, user_source
-from gradir.ops.lifting import lift_all, type_str
+from gradir.ops.lifting import lift, lift_all, normalize_axis, type_str
 from gradir.ops.reductions import sum as sum_
-from gradir.ops.shapes import broadcast_to, reshape, swapaxes, transpose
+from gradir.ops.shapes import broadcast_to, concatenate, reshape, slice_axis, transpose
 
 
 def _matmul_infer(a, b):
@@ -28,16 +29,20 @@ def _matmul_infer(a, b):
     return tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype
 
 
-def _mT(x):
-    if type(x) is Value and len(x.shape) >= 2:  # swapaxes(x, -1, -2)'s permutation, made directly
-        n = len(x.shape)
-        return bind("transpose", x, perm=tuple(range(n - 2)) + (n - 1, n - 2))
-    return swapaxes(x, -1, -2)
+def matrix_transpose(x):
+    """numpy.linalg.matrix_transpose (torch's `x.mT`): the last two axes swapped."""
+    if type(x) is not Value:
+        x = lift(x)
+    n = len(x.shape)
+    if n < 2:
+        raise ShapeError(f"needs a value of at least 2 dimensions, got {n}", op="matrix_transpose",
+                         source=user_source())
+    return bind("transpose", x, perm=tuple(range(n - 2)) + (n - 1, n - 2))
 
 
 register(Primitive(
     "matmul", ("a", "b"), _matmul_infer, "_k.matmul(a, b)",
-    vjp=lambda g, o, a, b: [matmul(g, _mT(b)), matmul(_mT(a), g)],
+    vjp=lambda g, o, a, b: [matmul(g, matrix_transpose(b)), matmul(matrix_transpose(a), g)],
     jvp=lambda ts, o, a, b: _sum_terms([None if ts[0] is None else matmul(ts[0], b),
                                         None if ts[1] is None else matmul(a, ts[1])]),
     kind="matmul",
@@ -84,6 +89,120 @@ def dot(a, b):
     return matmul(a, b)
 
 
+# -- torch's fused products ----------------------------------------------------------------------------------
+def _add_product(op, input, a, b, rank, beta, alpha):
+    a, b = lift_all(a, b, op=op)
+    if a.ndim != rank or b.ndim != rank:
+        raise ShapeError(f"needs {rank}-d operands, got {type_str(a)} and {type_str(b)}", op=op, source=user_source())
+    ab = matmul(a, b)
+    input = lift(input)
+    if len(input.shape) > len(ab.shape) or any(d not in (1, s) for d, s in zip(input.shape[::-1], ab.shape[::-1])):
+        raise ShapeError(f"input {type_str(input)} does not broadcast to the product's shape {ab.shape}", op=op,
+                         source=user_source())
+    scaled = ab if alpha == 1 else ab * alpha
+    if beta == 0:  # as torch: input is ignored (a NaN or inf in it does not propagate)
+        return scaled
+    return (input if beta == 1 else input * beta) + scaled
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """torch.addmm: beta * input + alpha * (mat1 @ mat2) for matrices (n, k) and (k, m); input broadcasts to (n, m).
+    With beta = 0 input is ignored, as torch."""
+    return _add_product("addmm", input, mat1, mat2, 2, beta, alpha)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """torch.baddbmm: beta * input + alpha * (batch1 @ batch2) for batches (B, n, k) and (B, k, m); input broadcasts to
+    (B, n, m). With beta = 0 input is ignored, as torch."""
+    return _add_product("baddbmm", input, batch1, batch2, 3, beta, alpha)
+
+
+# -- tensordot, inner, kron, cross -------------------------------------------------------------------
+def _contracted_axes(a, b, axes):
+    """tensordot's `axes` (an int N: a's last N with b's first N; or a pair of ints or int lists) as two
+    lists of non-negative axes."""
+    src = user_source()
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        if not 0 <= n <= min(a.ndim, b.ndim):
+            raise ShapeError(f"axes={n} for operands of {a.ndim} and {b.ndim} dimensions", op="tensordot", source=src)
+        return list(range(a.ndim - n, a.ndim)), list(range(n))
+    try:
+        xa, xb = axes
+    except (TypeError, ValueError):
+        raise ShapeError(f"axes must be an int or a pair of axis lists, got {axes!r}", op="tensordot",
+                         source=src) from None
+    xa, xb = ([x] if isinstance(x, (int, np.integer)) else list(x) for x in (xa, xb))
+    if len(xa) != len(xb):
+        raise ShapeError(f"{len(xa)} axes of the first operand paired with {len(xb)} of the second", op="tensordot",
+                         source=src)
+    xa = [normalize_axis(x, a.ndim, "tensordot") for x in xa]
+    xb = [normalize_axis(x, b.ndim, "tensordot") for x in xb]
+    if len(set(xa)) != len(xa) or len(set(xb)) != len(xb):
+        raise ShapeError(f"repeated axis in {axes!r}", op="tensordot", source=src)
+    return xa, xb
+
+
+def tensordot(a, b, axes=2):
+    """numpy.tensordot (torch.tensordot's `dims`): the sum of products over a's axes `axes[0]` and b's
+    `axes[1]` (an int N: a's last N and b's first N); the result has a's other axes, then b's. One
+    transpose and reshape per operand around one matmul."""
+    a, b = lift_all(a, b, op="tensordot")
+    xa, xb = _contracted_axes(a, b, axes)
+    for i, j in zip(xa, xb):
+        if a.shape[i] != b.shape[j]:
+            raise ShapeError(f"contracted axes differ in size: {type_str(a)} axis {i} and {type_str(b)} axis {j}",
+                             op="tensordot", source=user_source())
+    fa = [i for i in range(a.ndim) if i not in xa]
+    fb = [j for j in range(b.ndim) if j not in xb]
+    k = math.prod(a.shape[i] for i in xa)
+    a2 = reshape(transpose(a, fa + xa), (math.prod(a.shape[i] for i in fa), k))
+    b2 = reshape(transpose(b, xb + fb), (k, math.prod(b.shape[j] for j in fb)))
+    return reshape(matmul(a2, b2), [a.shape[i] for i in fa] + [b.shape[j] for j in fb])
+
+
+def inner(a, b):
+    """numpy.inner (torch.inner): the sum of products over the last axes (a product when one is 0-d)."""
+    a, b = lift_all(a, b, op="inner")
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return tensordot(a, b, ([a.ndim - 1], [b.ndim - 1]))
+
+
+def kron(a, b):
+    """numpy.kron (torch.kron): the Kronecker product, block (i, j, ...) being a[i, j, ...] * b; the
+    operand with fewer axes gets leading ones. An interleaving reshape, a broadcast product, a reshape."""
+    a, b = lift_all(a, b, op="kron")
+    nd = max(a.ndim, b.ndim)
+    sa, sb = (1,) * (nd - a.ndim) + a.shape, (1,) * (nd - b.ndim) + b.shape
+    out = reshape(a, [d for s in sa for d in (s, 1)]) * reshape(b, [d for s in sb for d in (1, s)])
+    return reshape(out, [x * y for x, y in zip(sa, sb)])
+
+
+def _move_axis(x, src: int, dst: int):
+    perm = [i for i in range(x.ndim) if i != src]
+    perm.insert(dst, src)
+    return transpose(x, perm)
+
+
+def cross(a, b, axis=-1, *, dim=None):
+    """numpy.cross of 3-vectors along `axis` (torch.linalg.cross's `dim`, an alias), other axes
+    broadcasting; the result's vectors lie along `axis` too."""
+    a, b = lift_all(a, b, op="cross")
+    axis = axis if dim is None else dim
+    ia, ib = normalize_axis(axis, a.ndim, "cross"), normalize_axis(axis, b.ndim, "cross")
+    if a.shape[ia] != 3 or b.shape[ib] != 3:
+        raise ShapeError(f"needs 3-vectors along axis {axis}, got {type_str(a)} and {type_str(b)}", op="cross",
+                         source=user_source())
+    a, b = _move_axis(a, ia, a.ndim - 1), _move_axis(b, ib, b.ndim - 1)
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ShapeError(f"{type_str(a)} and {type_str(b)} do not broadcast", op="cross", source=user_source()) from None
+    x = [slice_axis(a, a.ndim - 1, i, i + 1) for i in range(3)]
+    y = [slice_axis(b, b.ndim - 1, i, i + 1) for i in range(3)]
+    c = concatenate([x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0]], axis=-1)
+    return _move_axis(c, c.ndim - 1, normalize_axis(axis, c.ndim, "cross"))
 
 
 # -- einsum ------------------------------------------------------------------------------------------

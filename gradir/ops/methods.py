@@ -4,9 +4,7 @@ gradir.core.ir defines `Value` without them: they record ops of this library, wh
 `attach()` puts them on `Value` once, when gradir.ops is imported (as JAX attaches array methods from above
 its core)."""
 
-from gradir.core.errors import UnsupportedOpError
 from gradir.core.ir import Value
-from gradir.core.source import user_source
 from gradir.ops.elementwise import (
     abs,
     add,
@@ -42,6 +40,7 @@ from gradir.ops.lifting import astype
 from gradir.ops.linalg import dot, matmul
 from gradir.ops.reductions import argmax, max, mean, min, std, sum, var
 from gradir.ops.shapes import reshape, squeeze, swapaxes, transpose
+from gradir.ops.special import all, any, clone, floor_divide
 from gradir.ops.update import inplace, inplace_setitem
 
 
@@ -117,18 +116,16 @@ class _ValueMethods:
     def std(self, axis=None, keepdims=False, ddof=0): return std(self, axis=axis, keepdims=keepdims, ddof=ddof)
     def squeeze(self, axis=None): return squeeze(self, axis)
     def swapaxes(self, a, b): return swapaxes(self, a, b)
+    def clone(self): return clone(self)
+    def any(self, axis=None, keepdims=False): return any(self, axis=axis, keepdims=keepdims)
+    def all(self, axis=None, keepdims=False): return all(self, axis=axis, keepdims=keepdims)
     def __invert__(self): return logical_not(self)
     def __and__(self, o): return logical_and(self, o)
     def __rand__(self, o): return logical_and(o, self)
     def __or__(self, o): return logical_or(self, o)
     def __ror__(self, o): return logical_or(o, self)
-    def __floordiv__(self, o): _no_floordiv()
-    def __rfloordiv__(self, o): _no_floordiv()
-
-
-def _no_floordiv():
-    raise UnsupportedOpError("gradir has no floor division (//) primitive; write it as (x - x % y) / y",
-                             op="floor_divide", source=user_source())
+    def __floordiv__(self, o): return floor_divide(self, o)
+    def __rfloordiv__(self, o): return floor_divide(o, self)
 
 
 def attach() -> None:

@@ -1,4 +1,5 @@
-"""Normalisation: layer_norm, batch_norm (a composite primitive), rms_norm, group_norm."""
+"""Normalisation: layer_norm, batch_norm (a composite primitive; evaluation mode with running statistics), rms_norm,
+group_norm, instance_norm."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from gradir.core import dtypes
-from gradir.core.errors import ShapeError
+from gradir.core.errors import ShapeError, UnsupportedOpError
 from gradir.core.trace import user_source
 from gradir.ops.creation import ones, zeros
 from gradir.ops.elementwise import rsqrt
@@ -110,17 +111,28 @@ composite("batch_norm", ("x", "weight", "bias"), _bn_infer, _bn_decompose, _bn_v
           doc="Training-mode batch normalisation over every axis but 1, fused three-term VJP.")
 
 
-def batch_norm(x, weight=None, bias=None, eps=1e-5, unbiased=False, vjp="fused"):
-    """Training-mode batch normalisation of x (N, C) or (N, C, H, W) with the batch's statistics over
-    every axis but the channel axis 1, then * weight + bias (per channel).
+def batch_norm(x, weight=None, bias=None, eps=1e-5, unbiased=False, vjp="fused", *, running_mean=None,
+               running_var=None, training=True):
+    """Batch normalisation of x (N, C) or (N, C, H, W) over every axis but the channel axis 1, then
+    * weight + bias (per channel).
 
-    unbiased=False normalises with the biased variance (as torch.nn.functional.batch_norm does);
-    unbiased=True with the n-1 estimate. vjp="fused" records one `batch_norm` node with the
-    hand-derived three-term VJP; vjp="composed" records the plain composition."""
+    training=True (the default) normalises with the batch's statistics: unbiased=False with the biased
+    variance (as torch.nn.functional.batch_norm does), unbiased=True with the n-1 estimate; vjp="fused"
+    records one `batch_norm` node with the hand-derived three-term VJP, vjp="composed" the plain
+    composition. training=False is torch's evaluation mode: (x - running_mean) / sqrt(running_var + eps)
+    with the given per-channel statistics (a plain composition, differentiable in all five operands).
+    gradir values are immutable, so training mode does not update running statistics in place: compute
+    the batch's with batch_norm_stats and blend them yourself."""
     choice("batch_norm", "vjp", vjp, ("fused", "composed"))
     x = lift(x)
     if x.ndim < 2:
         raise ShapeError(f"needs an (N, C, ...) input, got shape {tuple(x.shape)}", op="batch_norm", source=user_source())
+    if not training:
+        return _with_statistics("batch_norm", x, running_mean, running_var, weight, bias, eps)
+    if running_mean is not None or running_var is not None:
+        raise UnsupportedOpError("training mode cannot update running_mean/running_var in place (gradir values are "
+                                 "immutable): leave them out, and compute the batch's with gr.nn.batch_norm_stats",
+                                 op="batch_norm", source=user_source())
     c = x.shape[1]
     weight = ones((c,), x.dtype) if weight is None else weight
     bias = zeros((c,), x.dtype) if bias is None else bias
@@ -130,6 +142,48 @@ def batch_norm(x, weight=None, bias=None, eps=1e-5, unbiased=False, vjp="fused")
     if vjp == "composed":
         return _bn_decompose(x, weight, bias, **attrs)
     return apply("batch_norm", _bn_decompose, (x, weight, bias), attrs)
+
+
+def _with_statistics(op, x, mean, var, weight, bias, eps):
+    """(x - mean) / sqrt(var + eps) * weight + bias with given per-channel statistics (C,) on axis 1:
+    batch_norm's evaluation mode and instance_norm's use_input_stats=False."""
+    float_input(op, x)
+    if mean is None or var is None:
+        raise ShapeError("needs running_mean and running_var (one per channel) to normalise with given statistics",
+                         op=op, source=user_source())
+    keep = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    mean, var = _reshape_param(mean, keep, op, "running_mean"), _reshape_param(var, keep, op, "running_var")
+    y = (x - mean) * rsqrt(var + eps)
+    if weight is not None:
+        y = y * _reshape_param(weight, keep, op, "weight")
+    if bias is not None:
+        y = y + _reshape_param(bias, keep, op, "bias")
+    return y
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalise each sample's channel of input (N, C, ...) over its positions (biased variance), then
+    * weight + bias per channel (torch.nn.functional.instance_norm; group_norm with one group per channel).
+
+    use_input_stats=False normalises with the given running_mean and running_var (C,) instead, as torch's
+    evaluation form. With use_input_stats=True torch would update given running statistics in place, which
+    gradir's immutable values cannot: pass them only with use_input_stats=False (momentum is then unused)."""
+    x = lift(input)
+    float_input("instance_norm", x)
+    if x.ndim < 2:
+        raise ShapeError(f"needs an (N, C, ...) input, got shape {tuple(x.shape)}", op="instance_norm",
+                         source=user_source())
+    if not use_input_stats:
+        return _with_statistics("instance_norm", x, running_mean, running_var, weight, bias, eps)
+    if running_mean is not None or running_var is not None:
+        raise UnsupportedOpError("use_input_stats=True cannot update running_mean/running_var in place (gradir values "
+                                 "are immutable): pass them only with use_input_stats=False", op="instance_norm",
+                                 source=user_source())
+    if math.prod(x.shape[2:]) <= 1:
+        raise ShapeError(f"needs more than one position per channel, got shape {tuple(x.shape)} (as torch)",
+                         op="instance_norm", source=user_source())
+    return group_norm(x, x.shape[1], weight, bias, eps)
 
 
 def _normalized_axes(op, x, normalized_shape):
