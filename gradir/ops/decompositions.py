@@ -26,10 +26,11 @@ from gradir.core.primitive import Primitive, register
 from gradir.core.trace import bind, user_source
 from gradir.ops.elementwise import where
 from gradir.ops.indexing import tril, triu
-from gradir.ops.lifting import astype, lift, lift_all, type_str
+from gradir.ops.lifting import broadcast_shape, lift, lift_all, type_str
 from gradir.ops.linalg import matrix_transpose as mT
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, concatenate, expand_dims, pad, reshape, slice_axis
+from gradir.ops.special import as_inexact
 
 _REAL = (dtypes.float32, dtypes.float64)
 
@@ -47,12 +48,7 @@ def _check(op: str, a, square: bool = True):
 
 def _matrix(a, op: str, square: bool = True):
     """A public function's matrix operand: lifted, integers and bools as float64 (as NumPy), checked."""
-    a = lift(a)
-    return _checked(_floating(a), op, square)
-
-
-def _floating(a):
-    return astype(a, dtypes.float64) if a.dtype == dtypes.bool_ or dtypes.is_integer(a.dtype) else a
+    return _checked(as_inexact(a), op, square)
 
 
 def _checked(a, op, square):
@@ -233,14 +229,14 @@ def _solve_operands(op, a, b):
     """a (..., n, n) and b (..., n, k) or (n,) with broadcast batch dims, as the primitive takes them, and
     whether b was a vector (NumPy 2's rule: only a 1-D b is one)."""
     a, b = lift_all(a, b, op=op)
-    a, b = _checked(_floating(a), op, True), _floating(b)
+    a, b = _checked(as_inexact(a), op, True), as_inexact(b)
     vector = b.ndim == 1
     b2 = reshape(b, b.shape + (1,)) if vector else b
     if b2.ndim < 2 or b2.shape[-2] != a.shape[-1]:
         raise ShapeError(f"b must be (n,) or (..., n, k) for a of {type_str(a)}, got {type_str(b)}", op=op,
                          source=user_source())
     try:
-        batch = np.broadcast_shapes(a.shape[:-2], b2.shape[:-2])
+        batch = broadcast_shape([a.shape[:-2], b2.shape[:-2]])
     except ValueError:
         raise ShapeError(f"batch dimensions of {type_str(a)} and {type_str(b)} do not broadcast", op=op,
                          source=user_source()) from None

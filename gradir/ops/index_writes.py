@@ -225,13 +225,18 @@ def _values(x, values, shape):
     """values cast to x's dtype and broadcast to `shape` (NumPy's rule)."""
     v = lift(values, x.dtype)
     v = astype(v, x.dtype)
-    try:
-        if broadcast_shape([tuple(v.shape), tuple(shape)]) != tuple(shape):
-            raise ValueError
-    except ValueError:
+    if not _broadcasts_to(v.shape, shape):
         raise ShapeError(f"values of shape {tuple(v.shape)} do not broadcast to the indexed shape {tuple(shape)}",
-                         op="index_put", source=user_source()) from None
+                         op="index_put", source=user_source())
     return broadcast_to(v, shape)
+
+
+def _broadcasts_to(shape, target) -> bool:
+    """Whether `shape` broadcasts to `target` (NumPy's rule) without changing it."""
+    try:
+        return broadcast_shape([tuple(shape), tuple(target)]) == tuple(target)
+    except ValueError:
+        return False
 
 
 def _mask_put(x, entries, values, accumulate):
@@ -291,12 +296,9 @@ def masked_scatter(x, mask, source):
     if mask.dtype != dtypes.bool_:
         raise DTypeError(f"mask must be bool, got {dtypes.short(mask.dtype)}", op="masked_scatter",
                          source=user_source())
-    try:
-        if broadcast_shape([tuple(mask.shape), tuple(x.shape)]) != tuple(x.shape):
-            raise ValueError
-    except ValueError:
+    if not _broadcasts_to(mask.shape, x.shape):
         raise ShapeError(f"mask shape {tuple(mask.shape)} does not broadcast to {tuple(x.shape)}",
-                         op="masked_scatter", source=user_source()) from None
+                         op="masked_scatter", source=user_source())
     n = math.prod(source.shape)
     c = concrete(mask)
     if c is not None:

@@ -13,7 +13,7 @@ from gradir.core.errors import DTypeError, ShapeError, UnsupportedOpError
 from gradir.core.ir import Value
 from gradir.core.primitive import Primitive, register
 from gradir.core.trace import bind, user_source
-from gradir.ops.lifting import lift, lift_all, normalize_axis, type_str
+from gradir.ops.lifting import broadcast_shape, lift, lift_all, normalize_axis, type_str
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, concatenate, reshape, slice_axis, transpose
 
@@ -196,7 +196,7 @@ def cross(a, b, axis=-1, *, dim=None):
                          source=user_source())
     a, b = _move_axis(a, ia, a.ndim - 1), _move_axis(b, ib, b.ndim - 1)
     try:
-        np.broadcast_shapes(a.shape, b.shape)
+        broadcast_shape([a.shape, b.shape])
     except ValueError:
         raise ShapeError(f"{type_str(a)} and {type_str(b)} do not broadcast", op="cross", source=user_source()) from None
     x = [slice_axis(a, a.ndim - 1, i, i + 1) for i in range(3)]

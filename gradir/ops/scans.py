@@ -39,6 +39,8 @@ from gradir.ops.lifting import astype, lift, lift_all, normalize_axes, normalize
 from gradir.ops.reductions import _sum_dtype, argmax
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, concatenate, reshape, slice_axis, squeeze, transpose
+from gradir.ops.special import any as any_
+from gradir.ops.special import as_inexact, isnan
 
 
 def _scan_infer(name, out_dtype=None):
@@ -182,9 +184,7 @@ register(Primitive(
 def logcumsumexp(x, axis):
     """torch.logcumsumexp: log(cumsum(exp(x), axis)), computed as a running logaddexp, so neither large
     nor very negative x overflow or underflow; the gradient is the softmax of each prefix."""
-    x, axis, shape = _scan_operand(x, axis, "logcumsumexp")
-    if not dtypes.is_inexact(x.dtype):
-        x = astype(x, dtypes.float64)
+    x, axis, shape = _scan_operand(as_inexact(x), axis, "logcumsumexp")
     return _restore(bind("logcumsumexp", x, axis=axis, reverse=False), shape)
 
 
@@ -256,13 +256,13 @@ def median(x, axis=None, keepdims=False):
             hit = equal(x, v)  # the cotangent is shared by every element equal to the median
             share = sum_(where(hit, x - v, 0.0)) / sum_(astype(hit, x.dtype))  # 0, with the gradient mask/count
             v = where(isfinite(v), v + share, v)  # (an infinite median: inf - inf would give NaN)
-            v = where(sum_(astype(not_equal(x, x), dtypes.int64)) > 0, math.nan, v)
+            v = where(any_(isnan(x)), math.nan, v)
         return reshape(v, out_shape)
     x, ax, shape = _ordered(x, axis, "median")
     vals, idx = _rank(x, (x.shape[ax] - 1) // 2, ax, True)
     if dtypes.is_inexact(x.dtype):  # torch: the first NaN and its index
-        nan = not_equal(x, x)
-        idx = where(sum_(astype(nan, dtypes.int64), ax, True) > 0, argmax(nan, ax, True), idx)
+        nan = isnan(x)
+        idx = where(any_(nan, ax, True), argmax(nan, ax, True), idx)
         vals = _take_along(x, idx, ax)
     return _keep(vals, idx, ax, keepdims, shape)
 
@@ -321,7 +321,7 @@ def quantile(x, q, axis=None, keepdims=False, method="linear"):
     if method in ("linear", "midpoint") and np.any(weight):
         w = weight.reshape((1,) * ax + (-1,) + (1,) * (x.ndim - ax - 1))
         out = lo + (take(s, above, axis=ax) - lo) * w.astype(x.dtype)
-    out = where(sum_(astype(not_equal(x, x), dtypes.int64), ax, True) > 0, math.nan, out)
+    out = where(any_(isnan(x), ax, True), math.nan, out)
     out = transpose(out, (ax,) + tuple(i for i in range(out.ndim) if i != ax))  # the q axis first
     if axis is None:
         kept = (1,) * ndim if keepdims else ()
@@ -338,15 +338,13 @@ def nansum(x, axis=None, keepdims=False):
     """numpy.nansum / torch.nansum: the sum with NaNs read as 0 (they get no gradient)."""
     x = lift(x)
     if dtypes.is_inexact(x.dtype):
-        x = where(not_equal(x, x), 0.0, x)
+        x = where(isnan(x), 0.0, x)
     return sum_(x, axis, keepdims)
 
 
 def nanmean(x, axis=None, keepdims=False):
     """numpy.nanmean / torch.nanmean: the mean of the non-NaN elements (NaN where there are none)."""
-    x = lift(x)
-    if not dtypes.is_inexact(x.dtype):
-        x = astype(x, dtypes.float64)
+    x = as_inexact(x)
     count = sum_(astype(equal(x, x), x.dtype), axis, keepdims)
     return nansum(x, axis, keepdims) / count
 

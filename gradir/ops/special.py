@@ -54,8 +54,8 @@ from gradir.ops.reductions import sum as sum_
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
-def _inexact(x):
-    """x lifted, integers and bools cast to float64 (as NumPy's math functions do)."""
+def as_inexact(x):
+    """x lifted, integers and bools cast to float64 (as NumPy's math functions do); scans and gr.linalg use it too."""
     x = lift(x)
     return x if dtypes.is_inexact(x.dtype) else astype(x, dtypes.float64)
 
@@ -185,7 +185,7 @@ log10 = unary("log10", "np.log10(x)", lambda t, y, x: t / (x * _LN10), flops=10,
 
 def exp2(x):
     """2 ** x, as numpy.exp2 (through `power`, exact at integers, where exp(x * log(2)) is not)."""
-    return power(2.0, _inexact(x))
+    return power(2.0, as_inexact(x))
 
 
 def logaddexp(x, y):
@@ -216,7 +216,7 @@ def xlogy(x, y):
 def logit(x, eps=None):
     """torch.logit / scipy.special.logit: log(x / (1 - x)). With `eps`, x is first clamped to [eps, 1 - eps], and the
     gradient is zero where the clamp is active (x < eps or x > 1 - eps), as torch."""
-    x = _inexact(x)
+    x = as_inexact(x)
     if eps is not None:
         x = clip(x, eps, 1.0 - eps)
     return log(x / (1 - x))
@@ -263,14 +263,14 @@ def _half_expm1(x):
 def sinh(x):
     """Hyperbolic sine, as numpy.sinh: 2 sinh(x/2) cosh(x/2) from u = expm1(x/2), v = expm1(-x/2), i.e.
     ((u - v)/2) (2 + u + v): accurate near 0 (no cancellation) and finite up to sinh's own overflow."""
-    u, v = _half_expm1(_inexact(x))
+    u, v = _half_expm1(as_inexact(x))
     return ((u - v) * 0.5) * (2 + u + v)
 
 
 def cosh(x):
     """Hyperbolic cosine, as numpy.cosh: 1 + 2 sinh(x/2)^2 = 1 + (u - v)(u - v)/2 with u = expm1(x/2), v = expm1(-x/2);
     its derivative (u - v)(2 + u + v)/2 = sinh(x) is then accurate near 0 too."""
-    u, v = _half_expm1(_inexact(x))
+    u, v = _half_expm1(as_inexact(x))
     w = u - v
     return 1 + w * (w * 0.5)
 
@@ -278,7 +278,7 @@ def cosh(x):
 def arctanh(x):
     """Inverse hyperbolic tangent, as numpy.arctanh (torch.atanh): (log1p(x) - log1p(-x)) / 2, accurate near 0 and
     near +-1."""
-    x = _inexact(x)
+    x = as_inexact(x)
     return (log1p(x) - log1p(-x)) * 0.5
 
 
@@ -333,7 +333,7 @@ def polygamma(n, x):
         raise DTypeError(f"n must be a Python int, got {type(n).__name__}", op="polygamma", source=user_source())
     if n < 0:
         raise UnsupportedOpError(f"the order n must be >= 0, got {n}", op="polygamma", source=user_source())
-    x = _inexact(x)
+    x = as_inexact(x)
     if n == 0:
         return digamma(x)
     return _polygamma(full(x.shape, int(n), x.dtype), x)

@@ -122,7 +122,8 @@ def _bags_2d(rows, mode, scale, keep):
 
 def _max_of_bags(rows, bag, bags, keep):
     """Per-bag maxima of rows (L, D) for positions in `bag` (L,): a (bags, L) membership mask and a masked
-    max, O(bags * L * D) (gradir has no segment-max primitive); empty bags give zeros."""
+    max, O(bags * L * D) (gr.max's gradient; the segment max `index_reduce` of scatter_reduce takes 1-d values
+    only); empty bags give zeros."""
     length, dim = rows.shape
     if length == 0 or bags == 0:
         return zeros((bags, dim), rows.dtype)

@@ -36,6 +36,17 @@ def unbatch(y, unbatched):
     return reshape(y, y.shape[1:]) if unbatched else y
 
 
+def _operands(op, x, weight, layout: str):
+    """x and weight lifted to one dtype, weight checked against its `layout` (e.g. "O, C/groups, kh, kw", one
+    name per axis), and x batched (`batched`) to as many axes."""
+    x, weight = lift_all(x, weight, op=op)
+    ndim = layout.count(",") + 1
+    if weight.ndim != ndim:
+        raise ShapeError(f"needs weight ({layout}), got shape {tuple(weight.shape)}", op=op, source=user_source())
+    x, unbatched = batched(op, x, ndim)
+    return x, weight, unbatched
+
+
 def single(v, what, op, minimum=0):
     """An int or a 1-tuple of ints, as an int (conv1d's stride=2 or stride=(2,))."""
     return ntuple(v, 1, what, op, minimum)[0]
@@ -106,11 +117,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     (O, C/groups, kh, kw): im2col (`unfold`) then a batched matmul. Output (N, O, OH, OW) with
     OH = floor((H + 2p - d(kh-1) - 1)/s) + 1; padding may also be "valid" or "same"."""
     op = "conv2d"
-    x, weight = lift_all(x, weight, op=op)
-    if weight.ndim != 4:
-        raise ShapeError(f"needs weight (O, C/groups, kh, kw), got shape {tuple(weight.shape)}", op=op,
-                         source=user_source())
-    x, unbatched = batched(op, x, 4)
+    x, weight, unbatched = _operands(op, x, weight, "O, C/groups, kh, kw")
     stride, dilation = pair(stride, "stride", op, 1), pair(dilation, "dilation", op, 1)
     x, padding = _string_padding(op, x, padding, weight.shape[2:], stride, dilation)
     g = _check_channels(op, x, weight, groups)
@@ -123,11 +130,7 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     (O, C/groups, k): conv2d over a height-1 image. Output (N, O, OL), OL = floor((L + 2p - d(k-1) - 1)/s) + 1;
     padding may also be "valid" or "same"."""
     op = "conv1d"
-    x, weight = lift_all(x, weight, op=op)
-    if weight.ndim != 3:
-        raise ShapeError(f"needs weight (O, C/groups, k), got shape {tuple(weight.shape)}", op=op,
-                         source=user_source())
-    x, unbatched = batched(op, x, 3)
+    x, weight, unbatched = _operands(op, x, weight, "O, C/groups, k")
     s, d = single(stride, "stride", op, 1), single(dilation, "dilation", op, 1)
     x4 = reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
     if isinstance(padding, str):
@@ -163,11 +166,7 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     (O, C/groups, kd, kh, kw): depth windows by a gather, in-plane windows by im2col, then one batched
     matmul. Each output size is floor((n + 2p - d(k-1) - 1)/s) + 1; padding may also be "valid" or "same"."""
     op = "conv3d"
-    x, weight = lift_all(x, weight, op=op)
-    if weight.ndim != 5:
-        raise ShapeError(f"needs weight (O, C/groups, kd, kh, kw), got shape {tuple(weight.shape)}", op=op,
-                         source=user_source())
-    x, unbatched = batched(op, x, 5)
+    x, weight, unbatched = _operands(op, x, weight, "O, C/groups, kd, kh, kw")
     s, d = ntuple(stride, 3, "stride", op, 1), ntuple(dilation, 3, "dilation", op, 1)
     x, padding = _string_padding(op, x, padding, weight.shape[2:], s, d)
     p = ntuple(padding, 3, "padding", op)
@@ -213,11 +212,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     weight-scaled patches (a matmul) that `fold` (col2im) adds up. Output height
     (H - 1)s - 2p + d(kh - 1) + output_padding + 1, the output_padding rows/columns added at the end."""
     op = "conv_transpose2d"
-    x, weight = lift_all(x, weight, op=op)
-    if weight.ndim != 4:
-        raise ShapeError(f"needs weight (Cin, Cout/groups, kh, kw), got shape {tuple(weight.shape)}", op=op,
-                         source=user_source())
-    x, unbatched = batched(op, x, 4)
+    x, weight, unbatched = _operands(op, x, weight, "Cin, Cout/groups, kh, kw")
     s, p = pair(stride, "stride", op, 1), pair(padding, "padding", op)
     d, op_ = pair(dilation, "dilation", op, 1), pair(output_padding, "output_padding", op)
     return unbatch(_conv_transpose(op, x, weight, bias, s, p, op_, groups, d), unbatched)
@@ -228,11 +223,7 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     weight (Cin, Cout/groups, k): conv_transpose2d over a height-1 image. Output length
     (L - 1)s - 2p + d(k - 1) + output_padding + 1."""
     op = "conv_transpose1d"
-    x, weight = lift_all(x, weight, op=op)
-    if weight.ndim != 3:
-        raise ShapeError(f"needs weight (Cin, Cout/groups, k), got shape {tuple(weight.shape)}", op=op,
-                         source=user_source())
-    x, unbatched = batched(op, x, 3)
+    x, weight, unbatched = _operands(op, x, weight, "Cin, Cout/groups, k")
     s, p = single(stride, "stride", op, 1), single(padding, "padding", op)
     d, q = single(dilation, "dilation", op, 1), single(output_padding, "output_padding", op)
     x4 = reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))

@@ -16,6 +16,8 @@ from gradir.ops.nn.composite import apply, checked, choice, composite, float_inp
 from gradir.ops.reductions import sum
 from gradir.ops.shapes import expand_dims, reshape, transpose
 
+_REDUCTIONS = ("mean", "sum", "none")  # torch's reduction= of every loss (kl_div adds "batchmean")
+
 # -- cross-entropy (composite) --------------------------------------------------------------------
 # Every form is -sum_c Q[i, c] * log_softmax(logits)[i, c] per row i, for a row of target weights Q: one-hot
 # (class indices), weight[target] * one-hot (weight=), plus (eps / C) * weight on every class (label smoothing),
@@ -167,7 +169,7 @@ def cross_entropy(logits, targets, reduction="mean", ignore_index=None, vjp="fus
     `cross_entropy` node whose VJP is the hand-derived ``((sum Q) * softmax - Q) * g / n`` (Q the
     weighted target distribution); vjp="composed" records log_softmax + gather + mean.
     """
-    choice("cross_entropy", "reduction", reduction, ("mean", "sum", "none"))
+    choice("cross_entropy", "reduction", reduction, _REDUCTIONS)
     choice("cross_entropy", "vjp", vjp, ("fused", "composed"))
     if not 0.0 <= label_smoothing <= 1.0:
         raise UnsupportedOpError(f"label_smoothing={label_smoothing} must lie in [0, 1]", op="cross_entropy",
@@ -219,7 +221,7 @@ def _same_shape(op, a, b, what="target"):
 def mse_loss(input, target, *, reduction="mean", weight=None):
     """(input - target)^2, reduced (torch.nn.functional.mse_loss; input and target broadcast). With
     `weight` (input's shape) each term is weighted and "mean" divides by sum(weight), as torch."""
-    choice("mse_loss", "reduction", reduction, ("mean", "sum", "none"))
+    choice("mse_loss", "reduction", reduction, _REDUCTIONS)
     input, target = lift_all(input, target, op="mse_loss")
     d = input - target
     return _weighted("mse_loss", input, d * d, weight, reduction)
@@ -240,7 +242,7 @@ def l1_loss(input, target, *, reduction="mean", weight=None):
     """|input - target|, reduced (torch.nn.functional.l1_loss; input and target broadcast). With `weight`
     (input's shape) each term is weighted and "mean" divides by sum(weight), as torch. The derivative at
     input == target is 0 (abs's, as torch)."""
-    choice("l1_loss", "reduction", reduction, ("mean", "sum", "none"))
+    choice("l1_loss", "reduction", reduction, _REDUCTIONS)
     input, target = lift_all(input, target, op="l1_loss")
     return _weighted("l1_loss", input, abs(input - target), weight, reduction)
 
@@ -248,7 +250,7 @@ def l1_loss(input, target, *, reduction="mean", weight=None):
 def smooth_l1_loss(input, target, *, reduction="mean", beta=1.0):
     """0.5 * d^2 / beta where |d| < beta, |d| - 0.5 * beta elsewhere, d = input - target, reduced
     (torch.nn.functional.smooth_l1_loss); beta = 0 is l1_loss."""
-    choice("smooth_l1_loss", "reduction", reduction, ("mean", "sum", "none"))
+    choice("smooth_l1_loss", "reduction", reduction, _REDUCTIONS)
     if beta < 0:
         raise UnsupportedOpError(f"beta={beta} must not be negative", op="smooth_l1_loss", source=user_source())
     input, target = lift_all(input, target, op="smooth_l1_loss")
@@ -263,7 +265,7 @@ def huber_loss(input, target, *, reduction="mean", delta=1.0, weight=None):
     """0.5 * d^2 where |d| < delta, delta * (|d| - 0.5 * delta) elsewhere, d = input - target, reduced
     (torch.nn.functional.huber_loss; delta > 0). With `weight` (input's shape) each term is weighted and
     "mean" stays the plain mean, as torch."""
-    choice("huber_loss", "reduction", reduction, ("mean", "sum", "none"))
+    choice("huber_loss", "reduction", reduction, _REDUCTIONS)
     if not delta > 0:
         raise UnsupportedOpError(f"delta={delta} must be positive", op="huber_loss", source=user_source())
     input, target = lift_all(input, target, op="huber_loss")
@@ -285,7 +287,7 @@ def kl_div(input, target, *, reduction="mean", log_target=False):
     (torch.nn.functional.kl_div; 0 where target is 0); with log_target the target is a log-probability too:
     exp(target) * (target - input). reduction "batchmean" sums and divides by input.shape[0] (the
     mathematically right KL per sample), "mean" divides by the element count, as torch."""
-    choice("kl_div", "reduction", reduction, ("mean", "batchmean", "sum", "none"))
+    choice("kl_div", "reduction", reduction, (*_REDUCTIONS, "batchmean"))
     input, target = lift_all(input, target, op="kl_div")
     float_input("kl_div", input)
     losses = exp(target) * (target - input) if log_target else _xlogx(target) - target * input
@@ -300,7 +302,7 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
     of log-probabilities input (C,), (N, C) or (N, C, d1, ...) (classes on axis 1) against integer
     targets (), (N) or (N, d1, ...). Targets equal to ignore_index count nothing; "mean" divides by the
     summed weight of the counted targets."""
-    choice("nll_loss", "reduction", reduction, ("mean", "sum", "none"))
+    choice("nll_loss", "reduction", reduction, _REDUCTIONS)
     x, t = lift(input), lift(target)
     float_input("nll_loss", x)
     if not dtypes.is_integer(t.dtype):
@@ -333,7 +335,7 @@ def nll_loss(input, target, weight=None, *, ignore_index=-100, reduction="mean")
 def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):
     """-(target * log(input) + (1 - target) * log(1 - input)) * weight, each log clamped at -100 as
     torch (so a probability of exactly 0 or 1 gives a finite loss). input and target share a shape."""
-    choice("binary_cross_entropy", "reduction", reduction, ("mean", "sum", "none"))
+    choice("binary_cross_entropy", "reduction", reduction, _REDUCTIONS)
     x, y = lift_all(input, target, op="binary_cross_entropy")
     float_input("binary_cross_entropy", x)
     _same_shape("binary_cross_entropy", x, y)
@@ -351,7 +353,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="m
     """binary_cross_entropy(sigmoid(input), target) in the stable form torch uses:
     (1 - target) * x + (1 + (pos_weight - 1) * target) * softplus(-x), times weight; pos_weight
     (broadcast against the last axis, one per class) weighs the positive term."""
-    choice("binary_cross_entropy_with_logits", "reduction", reduction, ("mean", "sum", "none"))
+    choice("binary_cross_entropy_with_logits", "reduction", reduction, _REDUCTIONS)
     x, y = lift_all(input, target, op="binary_cross_entropy_with_logits")
     float_input("binary_cross_entropy_with_logits", x)
     _same_shape("binary_cross_entropy_with_logits", x, y)

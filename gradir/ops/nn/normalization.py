@@ -168,7 +168,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
     use_input_stats=False normalises with the given running_mean and running_var (C,) instead, as torch's
     evaluation form. With use_input_stats=True torch would update given running statistics in place, which
-    gradir's immutable values cannot: pass them only with use_input_stats=False (momentum is then unused)."""
+    gradir's immutable values cannot: pass them only with use_input_stats=False. `momentum` (the update's rate)
+    is accepted for torch's signature and never used."""
     x = lift(input)
     float_input("instance_norm", x)
     if x.ndim < 2:

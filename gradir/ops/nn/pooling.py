@@ -21,6 +21,14 @@ from gradir.ops.nn.convolution import batched, unbatch
 from gradir.ops.reductions import argmax, max, sum
 from gradir.ops.shapes import pad, reshape
 
+
+def _pool_input(op, x, ndim):
+    """x lifted, checked floating, with a batch axis (`batched`), and whether that axis was added."""
+    x = lift(x)
+    float_input(op, x)
+    return batched(op, x, ndim)
+
+
 # -- window geometry ------------------------------------------------------------------------------
 
 
@@ -88,9 +96,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     input or its left padding). return_indices=True also returns, as torch, each maximum's flat index
     h * W + w into its input plane (int64)."""
     op = "max_pool2d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 4)
+    x, unbatched = _pool_input(op, x, 4)
     out = _max_pool(op, x, _geometry(op, 2, kernel_size, stride, padding, dilation), ceil_mode, return_indices)
     return tuple(unbatch(o, unbatched) for o in out) if return_indices else unbatch(out, unbatched)
 
@@ -100,17 +106,21 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     over a height-1 image, with the same stride, padding, dilation, ceil_mode and return_indices (indices
     into L)."""
     op = "max_pool1d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 3)
+    x, unbatched = _pool_input(op, x, 3)
     k, s, p, d = _geometry(op, 1, kernel_size, stride, padding, dilation)
-    out = _max_pool(op, reshape(x, (x.shape[0], x.shape[1], 1, -1)), ((1, *k), (1, *s), (0, *p), (1, *d)), ceil_mode,
+    out = _max_pool(op, _as_image(x), ((1, *k), (1, *s), (0, *p), (1, *d)), ceil_mode,
                     return_indices)
     return tuple(unbatch(_drop_height(o), unbatched) for o in out) if return_indices \
         else unbatch(_drop_height(out), unbatched)
 
 
+def _as_image(x):
+    """Batched (N, C, L) as a height-1 image (N, C, 1, L): the 1-d pools are the 2-d ones over it."""
+    return reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+
+
 def _drop_height(y):
+    """(N, C, 1, L) back to (N, C, L)."""
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
 
 
@@ -145,9 +155,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     padding is zeros that count toward the divisor when count_include_pad (as torch, the part of a
     ceil_mode window past the padding never counts); divisor_override replaces the divisor."""
     op = "avg_pool2d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 4)
+    x, unbatched = _pool_input(op, x, 4)
     y = _avg_pool(op, x, _geometry(op, 2, kernel_size, stride, padding), ceil_mode, count_include_pad, divisor_override)
     return unbatch(y, unbatched)
 
@@ -156,11 +164,9 @@ def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     """Mean over kernel_size windows of x (N, C, L) or (C, L) (torch.nn.functional.avg_pool1d):
     avg_pool2d over a height-1 image."""
     op = "avg_pool1d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 3)
+    x, unbatched = _pool_input(op, x, 3)
     k, s, p, _ = _geometry(op, 1, kernel_size, stride, padding)
-    y = _avg_pool(op, reshape(x, (x.shape[0], x.shape[1], 1, -1)), ((1, *k), (1, *s), (0, *p), (1, 1)), ceil_mode,
+    y = _avg_pool(op, _as_image(x), ((1, *k), (1, *s), (0, *p), (1, 1)), ceil_mode,
                   count_include_pad, None)
     return unbatch(_drop_height(y), unbatched)
 
@@ -209,9 +215,7 @@ def adaptive_avg_pool2d(x, output_size):
     output_size an int or a pair, None keeping that axis): window i of m over n inputs is
     [floor(i n / m), ceil((i + 1) n / m))."""
     op = "adaptive_avg_pool2d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 4)
+    x, unbatched = _pool_input(op, x, 4)
     return unbatch(_adaptive_avg(x, _adaptive_size(op, x, output_size, 2)), unbatched)
 
 
@@ -219,11 +223,9 @@ def adaptive_avg_pool1d(x, output_size):
     """Mean over torch's adaptive windows of x (N, C, L) or (C, L) (torch.nn.functional.adaptive_avg_pool1d):
     adaptive_avg_pool2d over a height-1 image."""
     op = "adaptive_avg_pool1d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 3)
+    x, unbatched = _pool_input(op, x, 3)
     (m,) = _adaptive_size(op, x, output_size, 1)
-    y = _adaptive_avg(reshape(x, (x.shape[0], x.shape[1], 1, -1)), (1, m))
+    y = _adaptive_avg(_as_image(x), (1, m))
     return unbatch(_drop_height(y), unbatched)
 
 
@@ -269,9 +271,7 @@ def adaptive_max_pool2d(x, output_size, return_indices=False):
     """Max over torch's adaptive windows of x (N, C, H, W) or (C, H, W) (torch.nn.functional.adaptive_max_pool2d);
     return_indices=True also returns each maximum's flat index h * W + w into its input plane (int64)."""
     op = "adaptive_max_pool2d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 4)
+    x, unbatched = _pool_input(op, x, 4)
     out = _adaptive_max(x, _adaptive_size(op, x, output_size, 2), return_indices)
     return tuple(unbatch(o, unbatched) for o in out) if return_indices else unbatch(out, unbatched)
 
@@ -280,10 +280,8 @@ def adaptive_max_pool1d(x, output_size, return_indices=False):
     """Max over torch's adaptive windows of x (N, C, L) or (C, L) (torch.nn.functional.adaptive_max_pool1d):
     adaptive_max_pool2d over a height-1 image; return_indices=True also returns indices into L."""
     op = "adaptive_max_pool1d"
-    x = lift(x)
-    float_input(op, x)
-    x, unbatched = batched(op, x, 3)
+    x, unbatched = _pool_input(op, x, 3)
     (m,) = _adaptive_size(op, x, output_size, 1)
-    out = _adaptive_max(reshape(x, (x.shape[0], x.shape[1], 1, -1)), (1, m), return_indices)
+    out = _adaptive_max(_as_image(x), (1, m), return_indices)
     return tuple(unbatch(_drop_height(o), unbatched) for o in out) if return_indices \
         else unbatch(_drop_height(out), unbatched)

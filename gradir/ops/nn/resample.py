@@ -184,7 +184,7 @@ def _pad_limit(op, mode, n, lo, hi, axis):
     """torch's bounds: reflect pads less than the axis length, circular at most that, replicate any
     amount of a non-empty axis."""
     limit = {"reflect": n - 1, "circular": n, "replicate": math.inf if n else -1}[mode]
-    if max(lo, hi) > limit or n + lo + hi < 0:
+    if max(lo, hi) > limit:
         raise ShapeError(f"{mode} padding ({lo}, {hi}) does not fit axis {axis} of size {n}", op=op,
                          source=user_source())
 
