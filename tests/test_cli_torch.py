@@ -154,3 +154,49 @@ def test_check_refuses_a_model_that_computes_in_float32_whatever_its_arguments(t
     path = _model_file(tmp_path, MLP32 + "def loss(out, y):\n    return ((out - y) ** 2).mean().float()\n")
     done = runner.invoke(app, ["check", path])
     assert done.exit_code == 2 and "returns float32 even given float64 arguments" in done.stderr, done.output
+
+
+def test_a_bigger_module_output_is_summed_with_a_note_and_several_outputs_need_a_loss(tmp_path):
+    """Without loss(), a module output of more than one element is differentiated as its sum, and a note on
+    stderr says so; a model output's "loss" is taken as it is; several other outputs are an error saying what
+    to add."""
+    path = _model_file(tmp_path, """
+        def model():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh()).double()
+        def example_inputs():
+            return (torch.ones(2, 3, dtype=torch.float64),)
+        """)
+    done = runner.invoke(app, ["trace", path])
+    assert done.exit_code == 0, done.output
+    assert "gradir: note: model.py: the module's output gr.f64[2, 4] is not a scalar: differentiating its sum" \
+        in done.stderr
+    t = load_target(path, None, None)
+    net = t.module.model()
+    net(*t.module.example_inputs()).sum().backward()
+    value, grads = gr.value_and_grad(t.fn)(*t.args)
+    assert np.shape(value) == ()
+    for name, p in net.named_parameters():
+        np.testing.assert_allclose(grads[name], p.grad.numpy(), rtol=1e-12)
+
+    body = """
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(3, 2)
+            def forward(self, x):
+                y = self.fc(x)
+                return {OUT}
+        def model():
+            torch.manual_seed(0)
+            return Net().double()
+        def example_inputs():
+            return (torch.ones(2, 3, dtype=torch.float64),)
+        """
+    t = load_target(_model_file(tmp_path, body.replace("{OUT}", '{"loss": (y ** 2).mean(), "logits": y}')), None, None)
+    net = t.module.model()
+    assert np.isclose(t.fn(*t.args), (net(*t.module.example_inputs())["logits"] ** 2).mean().item())
+    t = load_target(_model_file(tmp_path, body.replace("{OUT}", "(y,)")), None, None)  # a one-tuple: its sum
+    assert np.isclose(t.fn(*t.args), net(*t.module.example_inputs())["logits"].sum().item())
+    with pytest.raises(CLIError, match=r"several outputs \(y, z\): define loss\(output, \*targets\)"):
+        load_target(_model_file(tmp_path, body.replace("{OUT}", '{"y": y, "z": y * 2}')), None, None)

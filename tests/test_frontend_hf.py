@@ -1,6 +1,8 @@
 """gr.from_torch on a model from a widely used model-definition library: Hugging Face's GPT-2, built from a small
 config (random weights, nothing downloaded), with an attention mask, labels ignored at -100 and tied embeddings.
-Checked against PyTorch autograd in float64."""
+Checked against PyTorch autograd in float64. Also: a Llama as its config builds it (its DynamicCache output left
+out, with a note), and the error a mixture of experts with transformers' default kernels gives. The zoo of
+architectures is tests/test_frontend_hf_zoo.py."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 import gradir as gr
+from gradir.core.errors import UnsupportedOpError
 
 transformers = pytest.importorskip("transformers")
 
@@ -103,3 +106,29 @@ def test_shared_kv_heads_and_padded_1x1_maps_compile_and_match_torch(name):
     for pname, p in model.named_parameters():
         np.testing.assert_allclose(grads[pname], reference[pname], rtol=rtol, atol=atol, err_msg=pname)
         np.testing.assert_allclose(grads[pname], p.grad.numpy(), rtol=rtol, atol=atol, err_msg=pname)
+
+
+def test_a_default_config_llama_captures_and_its_cache_is_left_out_with_a_note():
+    """A Llama as its config builds it returns a DynamicCache in its outputs (use_cache defaults to True): the
+    cache is left out of f's outputs, said once on f.notes, and the logits match torch."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    model, ids = transformers.LlamaForCausalLM(cfg).double().eval(), torch.randint(0, VOCAB, (1, 5))
+    assert cfg.use_cache
+    f, params = gr.from_torch(model, ids)
+    assert len(f.notes) == 1 and "DynamicCache" in f.notes[0] and "use_cache=False" in f.notes[0]
+    out = f(params, ids.numpy())
+    assert set(out) == {"logits"} and set(f.outputs) == {"logits"}
+    # Llama's RMSNorm and rotary tables compute in float32 inside the float64 model: float32 agreement
+    np.testing.assert_allclose(out["logits"], model(ids).logits.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_mixture_of_experts_with_its_default_kernels_says_how_to_capture_it():
+    """transformers' default experts kernel sorts tokens by expert (histc, a custom grouped_mm): the error says
+    which experts_implementation has static shapes."""
+    torch.manual_seed(0)
+    cfg = transformers.MixtralConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, num_local_experts=2)
+    with pytest.raises(UnsupportedOpError, match='experts_implementation="batched_mm"'):
+        gr.from_torch(transformers.MixtralForCausalLM(cfg).double().eval(), torch.randint(0, VOCAB, (1, 4)))

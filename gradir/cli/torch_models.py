@@ -2,10 +2,11 @@
 
 Convention (README, "PyTorch models"): `model()` takes no arguments and returns the module;
 `example_inputs()` returns the forward's arguments, then the loss's targets; `loss(output, *targets)`,
-written with torch ops, is optional (without it the module's output is differentiated, and must be a
-scalar). The module is captured with `gr.from_torch` together with the loss, and the CLI traces
-`loss_of(params, *inputs, *targets)`, differentiated with respect to `params`, a dict named by module
-path (`blocks.0.attn.qkv.weight`), so reports and diagrams name parameters as the module does.
+written with torch ops, is optional (without it the module's output is differentiated: a bigger tensor's
+sum, a model output's "loss", with a note on stderr saying which; several outputs need a loss). The
+module is captured with `gr.from_torch` together with the loss, and the CLI traces `loss_of(params,
+*inputs, *targets)`, differentiated with respect to `params`, a dict named by module path
+(`blocks.0.attn.qkv.weight`), so reports and diagrams name parameters as the module does.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def loss_function(module: ModuleType, net):
         raise TorchModelError(f"loss takes {_target_count(loss)} target(s) but example_inputs() returns "
                               f"{len(inputs)} value(s)")
     loss_of, params = capture_with_loss(net, inputs, loss, k)
+    for note in loss_of.notes:  # which scalar is differentiated, outputs left out: once, on stderr
+        print(f"gradir: note: {os.path.basename(getattr(module, '__file__', None) or 'model')}: {note}", file=sys.stderr)
     loss_of.__name__ = "loss" if loss is not None else "model"
     # what inspect.unwrap finds: errors about loss_of (gradcheck's, the CLI's) then name a line of the
     # model file, not of gradir's with_loss.py

@@ -1,8 +1,9 @@
 """Frontends: other systems' programs as gradir functions (DESIGN rule 8: one ATen -> gradir op table).
 
 Layer rule: imports the layers below (util, core, ops, passes, backends, api) and itself. torch is imported only
-when a frontend is used (`import gradir` never imports it): `frontends/torch.py` imports torch at its top, so
-it is the one module loaded on first use (by `from_torch` here and by `with_loss`).
+when a frontend is used (`import gradir` never imports it): `frontends/torch.py` (and `torch_capture.py`, which
+it imports) import torch at their top, so they are loaded on first use only (by `from_torch` here and by
+`with_loss`).
 """
 
 from gradir.frontends.torch_saved import torch_saved

@@ -7,215 +7,35 @@ through the ATen -> gradir table, so the module becomes an ordinary gradir funct
 
 Every replayed node keeps the model's source line (the FX node's stack trace) and its submodule path
 as scope, so gradir's graphs, diagrams and errors point into the model code (DESIGN rule 8: the rest
-of gradir never knows the graph came from PyTorch). torch is imported only here and in gradir.core.interop.
+of gradir never knows the graph came from PyTorch). The graph is taken by gradir.frontends.torch_capture;
+each ATen op is looked up in aten_table, then aten_extra. torch is imported only by these frontend modules
+and gradir.core.interop.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import inspect
-import logging
 import operator
 import os
 import re
-import traceback
-import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
+from gradir.api.specs import TensorSpec
 from gradir.core import dtypes
-from gradir.core.errors import GradirError, ShapeError, TraceError, UnsupportedOpError
+from gradir.core.errors import DTypeError, ShapeError, TraceError, UnsupportedOpError
 from gradir.core.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.core.ir import Value
 from gradir.core.trace import current_scope, source_of, user_source
-from gradir.frontends import aten_table
+from gradir.frontends import aten_extra, aten_table
+from gradir.frontends.torch_capture import Captured, as_module, capture, forward_returns_tensors, run_in_torch, widen_dtypes
 from gradir.ops import astype
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _GRADIR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-# -- capture --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Captured:
-    """An FX graph and what its placeholders and outputs are: ("param"|"buffer"|"constant", name) or
-    ("input", None) per placeholder; ("buffer", name) or ("output", None) per flat output."""
-
-    graph: object
-    inputs: list
-    outputs: list
-    out_spec: object
-    constants: dict = field(default_factory=dict)
-    method: str = "export"
-
-
-class _FunctionModule(torch.nn.Module):
-    """A plain function of tensors as a parameterless module (what torch.export takes)."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-_INPUT_KINDS = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant", "USER_INPUT": "input"}
-
-
-_STOP_GRADIENT = []
-
-
-def stop_gradient_op():
-    """torch.ops.gradir.stop_gradient: what `detach()` and the outputs of `torch.no_grad()` blocks become
-    before decomposing, because core ATen turns detach into a plain alias and inlines no_grad blocks
-    (the gradients through them would silently stop being zero). The table maps it to gr.stop_gradient."""
-    if not _STOP_GRADIENT:
-        @torch.library.custom_op("gradir::stop_gradient", mutates_args=())
-        def stop_gradient(x: torch.Tensor) -> torch.Tensor:
-            return x.clone()
-
-        @stop_gradient.register_fake
-        def _(x):
-            return torch.empty_like(x)
-        _STOP_GRADIENT.append(torch.ops.gradir.stop_gradient.default)
-    return _STOP_GRADIENT[0]
-
-
-def _mark_stop_gradients(gm) -> None:
-    """Rewrite detach and the results of no_grad blocks (export's wrap_with_set_grad_enabled(False, ...))
-    into stop_gradient nodes, which decomposition keeps."""
-    sg, graph = stop_gradient_op(), gm.graph
-    no_grad = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
-    for node in list(graph.nodes):
-        if node.target is torch.ops.aten.detach.default:
-            node.target = sg
-        elif no_grad is not None and node.target is no_grad and node.args[0] is False:
-            for user in [u for u in node.users if u.target is operator.getitem]:
-                with graph.inserting_after(user):
-                    blocked = graph.call_function(sg, (user,))
-                blocked.meta = dict(user.meta)
-                user.replace_all_uses_with(blocked, delete_user_cb=lambda u, b=blocked: u is not b)
-    gm.recompile()
-
-
-def _capture_export(module, inputs, decompose: bool) -> Captured:
-    with warnings.catch_warnings():  # torch's own pytree deprecations, not the user's business
-        warnings.simplefilter("ignore", FutureWarning)
-        ep = torch.export.export(module, tuple(inputs))
-        _mark_stop_gradients(ep.graph_module)
-        if decompose:
-            ep = ep.run_decompositions()  # core ATen: a fixed, small op set for the table to cover
-    ins = []
-    for spec in ep.graph_signature.input_specs:
-        kind = _INPUT_KINDS.get(spec.kind.name)
-        if kind is None:
-            raise UnsupportedOpError(f"exported input {spec.arg.name} of kind {spec.kind.name} has no gradir meaning",
-                                     op="from_torch", source=user_source())
-        ins.append((kind, spec.target))
-    outs = []
-    for spec in ep.graph_signature.output_specs:
-        if spec.kind.name == "BUFFER_MUTATION":
-            outs.append(("buffer", spec.target))
-        elif spec.kind.name in ("USER_OUTPUT", "LOSS_OUTPUT"):
-            outs.append(("output", None))
-        else:
-            raise UnsupportedOpError(f"the module mutates its input {spec.target} in place ({spec.kind.name}); "
-                                     "gradir functions are pure: return the new value instead",
-                                     op="from_torch", source=user_source())
-    constants = {k: torch_to_numpy(v) for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
-    return Captured(ep.graph, ins, outs, ep.call_spec.out_spec, constants, "export")
-
-
-def _capture_make_fx(module, inputs) -> Captured:
-    """make_fx over a functional call (params and buffers as arguments); buffers the module updates in
-    place come back as extra outputs, as export reports them."""
-    from torch._decomp import core_aten_decompositions
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    pnames = [n for n, _ in module.named_parameters(remove_duplicate=False)]
-    bnames = [n for n, _ in module.named_buffers(remove_duplicate=False)]
-    specs = []
-
-    def run(pvals, bvals, *args):
-        state = {**dict(zip(pnames, pvals)), **dict(zip(bnames, bvals))}
-        out = torch.func.functional_call(module, state, args, tie_weights=False)  # tied names: both are given
-        flat, spec = torch_pytree.tree_flatten(out)
-        specs.append(spec)
-        return flat, [state[n] for n in bnames]
-
-    pvals = [p.detach() for _, p in module.named_parameters(remove_duplicate=False)]
-    bvals = [b.detach().clone() for _, b in module.named_buffers(remove_duplicate=False)]  # real mode runs it
-    gm = make_fx(torch.func.functionalize(run, remove="mutations_and_views"), decomposition_table=core_aten_decompositions(),
-                 record_module_stack=True, record_stack_traces=True,
-                 _error_on_data_dependent_ops=False)(pvals, bvals, *inputs)  # real mode: `if x.sum() > 0` specialises
-    _drop_dead(gm.graph)
-    n_inputs = len(torch_pytree.tree_leaves(list(inputs)))
-    ins = [("param", n) for n in pnames] + [("buffer", n) for n in bnames] + [("input", None)] * n_inputs
-    outs = [("output", None)] * len(torch_pytree.tree_leaves(specs[-1].unflatten([0] * specs[-1].num_leaves))) \
-        + [("buffer", n) for n in bnames]
-    consts = {name: torch_to_numpy(getattr(gm, name)) for name, _ in gm.named_buffers()}
-    consts.update({n.target: torch_to_numpy(getattr(gm, n.target)) for n in gm.graph.nodes
-                   if n.op == "get_attr" and isinstance(getattr(gm, n.target, None), torch.Tensor)})
-    return Captured(gm.graph, ins, outs, specs[-1], consts, "make_fx")
-
-
-def _drop_dead(graph) -> None:
-    """Remove call nodes nothing uses: a specialised `if x.sum() > 0` leaves its sum/item behind, and
-    functionalize's trailing copy_ into the inputs (buffer updates come back as outputs instead)."""
-    for node in reversed(list(graph.nodes)):
-        if node.op == "call_function" and not node.users:
-            graph.erase_node(node)
-
-
-@contextlib.contextmanager
-def _quiet_torch():
-    """Silence logging while torch captures: its fake-tensor and export loggers print tens of lines for one
-    shape mistake before gradir's one-line error (restored after; Python's logging has one global switch)."""
-    before = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logging.disable(before)
-
-
-def _model_line(module, error: BaseException) -> str | None:
-    """`file.py:LINE` of the innermost frame of `error`'s traceback in the file that defines `module`'s class."""
-    try:
-        path = os.path.abspath(inspect.getsourcefile(type(module)) or "")
-    except TypeError:  # a built-in or C-defined class
-        return None
-    line = None
-    for frame, lineno in traceback.walk_tb(error.__traceback__):
-        if os.path.abspath(frame.f_code.co_filename) == path:
-            line = f"{os.path.basename(path)}:{lineno}"
-    return line
-
-
-def _capture(module, inputs, decompose: bool) -> tuple[Captured, str | None]:
-    """torch.export first; make_fx (which specialises Python control flow on the example inputs) where
-    export refuses the module. Returns the capture and why export failed (None if it did not)."""
-    with _quiet_torch():
-        try:
-            return _capture_export(module, inputs, decompose), None
-        except GradirError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any export failure: fall back, and say why on f.export_error
-            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        try:
-            return _capture_make_fx(module, inputs), why
-        except Exception as e:  # noqa: BLE001 - neither capture works: one gradir error with both reasons
-            raise TraceError(f"cannot capture {type(module).__name__}: torch.export failed ({why}) and make_fx failed "
-                             f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
-                             op="from_torch", source=_model_line(module, e) or user_source()) from e
 
 
 # -- source lines, scopes and the op table --------------------------------------------------------
@@ -257,11 +77,69 @@ def aten_name(target) -> tuple[str, str]:
     return getattr(target, "__name__", str(target)), ""
 
 
+def _lookup(name: str, overload: str):
+    """The op table's entry, then the extra entries' (as_strided, upsampling), a `_copy` form (make_fx's
+    functionalized views) as its view."""
+    entry = aten_table.lookup(name, overload) or aten_extra.lookup(name, overload)
+    if entry is None and name.endswith("_copy") and name not in ("_to_copy", "lift_fresh_copy"):
+        entry = aten_extra.lookup(name.removesuffix("_copy"), overload)
+    return entry
+
+
+def _is_inplace(target) -> bool:
+    return any(t.name == "inplace" for t in getattr(target, "tags", ()))
+
+
 def _table_entry(node):
     name, overload = aten_name(node.target)
     if name == "getitem":
         return operator.getitem
-    return aten_table.lookup(name, overload)
+    entry = _lookup(name, overload)
+    if entry is None and _is_inplace(node.target) and name.endswith("_") and _writes_a_fresh_tensor(node):
+        functional = _lookup(name[:-1], overload)
+        return None if functional is None else aten_extra.InPlace(functional)
+    return entry
+
+
+def _is_view(target) -> bool:
+    """Whether an ATen op returns a view of its input (its schema's result aliases an argument)."""
+    schema = getattr(target, "_schema", None)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
+                and not schema.returns[0].alias_info.is_write)
+
+
+def _writes_a_fresh_tensor(node) -> bool:
+    """An in-place op can run as its out-of-place form when what it writes is no view of another tensor and no
+    view of it was taken before the write (its later readers then all see the new value)."""
+    dst = node.args[0] if node.args else None
+    if not isinstance(dst, torch.fx.Node) or (dst.op == "call_function" and _is_view(dst.target)):
+        return False
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    return not any(order[u] < order[node] and u.op == "call_function" and _is_view(u.target) for u in dst.users)
+
+
+# the families an unmapped op's suggestions come from: ops of its own kind, never private no-ops (_assert_*)
+_FAMILIES = {"pointwise": aten_table.ELEMENTWISE, "reduction": aten_table.REDUCTIONS}
+
+# unmapped ops with a known way around them
+KNOWN = {
+    "histc": "Hugging Face mixture-of-experts layers sort tokens by expert with histc and a custom grouped_mm by "
+             "default: build the model with experts_implementation=\"batched_mm\" (static shapes)",
+    "transformers::grouped_mm_fallback": "build the model with experts_implementation=\"batched_mm\" (static shapes)",
+}
+
+
+def nearest_supported(name: str, target=None) -> list[str]:
+    """Up to three mapped ATen names of the same kind as `name` (elementwise, reduction, view/shape op; the
+    whole table for others) and close in spelling; [] when none is close."""
+    base = name.removesuffix("_") if target is not None and _is_inplace(target) else name
+    tags = {t.name for t in getattr(target, "tags", ())}
+    family = next((_FAMILIES[t] for t in _FAMILIES if t in tags), None)
+    if family is None and target is not None and _is_view(target):
+        family = aten_table.SHAPES
+    pool = family if family is not None else {**aten_table.TABLE, **aten_extra.EXTRA}
+    names = sorted({k.split(".")[0] for k in pool if not k.startswith(("_", "sym_"))})
+    return difflib.get_close_matches(base, names, n=3, cutoff=0.6)
 
 
 # ATen ops whose result's shape depends on the values (what each comes from in the user's code)
@@ -303,13 +181,25 @@ def _check_mapped(graph) -> dict:
     if missing:
         node = missing[0]
         name, overload = aten_name(node.target)
-        near = difflib.get_close_matches(name, list(aten_table.TABLE), n=3, cutoff=0.0)
+        near = nearest_supported(name, node.target)
         hint = f"; nearest supported: {', '.join('aten.' + n for n in near)}" if near else ""
+        known = next((KNOWN[aten_name(m.target)[0]] for m in missing if aten_name(m.target)[0] in KNOWN), None)
+        hint += f"; {known}" if known else ""
         others = sorted({".".join(aten_name(n.target)) for n in missing[1:]} - {f"{name}.{overload}"})
         also = f" (also unmapped: {', '.join('aten.' + o for o in others)})" if others else ""
         raise UnsupportedOpError(f"ATen op aten.{name}.{overload} has no gradir mapping{hint}{also}",
                                  op=f"aten.{name}", source=node_source(node) or user_source())
+    for node, entry in entries.items():  # what reads a layout can say at capture that it cannot map it
+        if isinstance(entry, aten_extra.NeedsLayout):
+            val = node.args[0].meta.get("val")
+            with source_of(node_source(node) or user_source(), node_scope(node)):
+                entry.check(tuple(val.shape), *node.args[1:], layout=_layout(val), **node.kwargs)
     return entries
+
+
+def _layout(val) -> tuple:
+    """(strides, storage offset) of torch's tensor `val`."""
+    return tuple(val.stride()), val.storage_offset()
 
 
 # -- the gradir function --------------------------------------------------------------------------
@@ -321,7 +211,9 @@ class TorchFunction:
 
     Attributes: `capture` ("export" or "make_fx"), `buffers` (name -> array: running statistics and
     other module state, used by every call), `param_names`, `graph` (the FX graph replayed),
-    `export_error` (why torch.export refused the module when make_fx was used)."""
+    `export_error` (why torch.export refused the module when make_fx was used), `notes` (what the capture
+    changed: outputs left out), `outputs` (the outputs' shapes and dtypes), `float32_as` (None, or float64:
+    see from_torch; a copy of f with it changed shares the capture)."""
 
     def __init__(self, captured: Captured, buffers: dict, aliases: dict, training: bool, name: str):
         self._cap = captured
@@ -332,6 +224,8 @@ class TorchFunction:
         self.graph = captured.graph
         self.training = training
         self.export_error = None
+        self.notes = []  # what the capture changed, in a sentence each (outputs left out)
+        self.float32_as = None
         self.__name__ = name
         holders = [(kind, n.meta.get("val")) for (kind, _), n in
                    zip(captured.inputs, [n for n in captured.graph.nodes if n.op == "placeholder"])]
@@ -344,6 +238,34 @@ class TorchFunction:
     @property
     def param_names(self) -> list[str]:
         return [n for k, n in self._cap.inputs if k == "param" and self._aliases.get(n, n) == n]
+
+    @property
+    def outputs(self):
+        """The module's outputs at capture, in their structure, as gr.TensorSpec (shape, dtype) per tensor."""
+        out = next(n for n in self._cap.graph.nodes if n.op == "output")
+        vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in torch_pytree.tree_leaves(out.args[0])]
+        specs = [TensorSpec(tuple(int(d) for d in v.shape), aten_table.np_dtype(v.dtype)) if isinstance(v, torch.Tensor)
+                 else v for (kind, _), v in zip(self._cap.outputs, vals) if kind == "output"]
+        return rebuild(self._cap.out_spec, iter(specs))
+
+    def in_torch(self, params, *inputs, buffers=None):
+        """The captured ATen graph run by torch itself (autograd records it: give torch tensors with
+        requires_grad for gradients), with the same float32_as choice as f: what f computes, op for op. Where f
+        and the module differ, this tells the capture's difference (module vs. this) from the mapping's (this
+        vs. f). Params, buffers and inputs may be NumPy arrays or torch tensors; outputs are torch tensors."""
+        leaves = torch_pytree.tree_leaves(list(inputs))
+        wide = self._widens(self._other_float([*params.values(), *leaves]))
+        buffers = self.buffers if buffers is None else buffers
+        given, values = [], iter(leaves)
+        for kind, name in self._cap.inputs:
+            key = self._aliases.get(name, name)
+            value = next(values) if kind == "input" else self._cap.constants[name] if kind == "constant" else \
+                (params if kind == "param" else buffers)[key]
+            value = value if is_torch(value) else numpy_to_torch(np.asarray(value))
+            given.append(value.double() if wide and kind in ("buffer", "constant") and value.dtype == torch.float32
+                         else value)
+        outputs = run_in_torch(self._cap, given, wide)
+        return rebuild(self._cap.out_spec, iter(v for (kind, _), v in zip(self._cap.outputs, outputs) if kind == "output"))
 
     def __call__(self, params, *inputs, seed=None, buffers=None):
         """The module's outputs (same structure: tensors, tuples, lists, dicts; model-output objects as dicts)."""
@@ -364,18 +286,24 @@ class TorchFunction:
         if buffers is None:
             buffers = self.buffers if other is None else {  # as module.double() casts its buffers too
                 k: v.astype(other) if v.dtype == self._capture_float else v for k, v in self.buffers.items()}
+        wide = self._widens(other)
+        constants = self._cap.constants if not wide else {k: _widen_array(v) for k, v in self._cap.constants.items()}
+        if wide:
+            buffers = {k: _widen_array(v) for k, v in buffers.items()}
         values, env, rng = iter(given), {}, _Seeds(seed)
         holders = [node for node in self._cap.graph.nodes if node.op == "placeholder"]
         for i, node in enumerate(holders):
-            env[node] = self._placeholder(node, i, params, buffers, values)
+            env[node] = self._placeholder(node, i, params, buffers, values, constants)
         wants = None if other is None else self._dtypes_for(tuple(_dtype_name(env[node]) if name else None
                                                                   for node, name in zip(holders, self._capture_key)))
         outputs = None
         for node in self._cap.graph.nodes:
             if node.op == "get_attr":
-                env[node] = self._cap.constants[node.target]
+                env[node] = constants[node.target]
             elif node.op == "call_function":
-                env[node] = self._call(node, env, rng, wants)
+                env[node] = self._call(node, env, rng, wants, wide)
+                if isinstance(self._entries[node], aten_extra.InPlace):
+                    env[node.args[0]] = env[node]  # later readers of the written tensor see the write
             elif node.op == "output":
                 outputs = torch_pytree.tree_leaves(torch.fx.node.map_arg(node.args[0], lambda n: env[n]))
         return self._results(outputs, torch_out)
@@ -396,12 +324,16 @@ class TorchFunction:
             self._dtype_cache[key] = _call_dtypes(self._cap, key)
         return self._dtype_cache[key]
 
-    def _placeholder(self, node, i, params, buffers, values):
+    def _widens(self, other) -> bool:
+        """Whether this call computes the model's float32 requests in float64 (float32_as, in a float64 call)."""
+        return self.float32_as is not None and (other or self._capture_float) == dtypes.float64
+
+    def _placeholder(self, node, i, params, buffers, values, constants):
         kind, name = self._cap.inputs[i]
         if kind == "input":
             return _check_input(node, next(values))
         if kind == "constant":
-            return self._cap.constants[name]
+            return constants[name]
         source = params if kind == "param" else buffers
         key = self._aliases.get(name, name)
         if key not in source:
@@ -409,16 +341,20 @@ class TorchFunction:
                              op="from_torch", source=user_source())
         return source[key]
 
-    def _call(self, node, env, rng, wants):
+    def _call(self, node, env, rng, wants, wide):
         entry = self._entries[node]
         args = torch.fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = dict(torch.fx.node.map_arg(node.kwargs, lambda n: env[n]))
         kwargs.pop("device", None), kwargs.pop("pin_memory", None), kwargs.pop("layout", None)
+        if wide:
+            args, kwargs = widen_dtypes(args), widen_dtypes(kwargs)
         with source_of(node_source(node) or user_source(), current_scope() + node_scope(node)):
             if isinstance(entry, aten_table.NeedsSeed):
                 kwargs["rng"] = rng.for_node(node)
+            if isinstance(entry, aten_extra.NeedsLayout):
+                kwargs["layout"] = _layout(node.args[0].meta.get("val"))
             out = entry(*args, **kwargs)
-            return _match_torch(node, out, wants[node] if wants else node.meta.get("val"))
+            return _match_torch(node, out, wants[node] if wants else node.meta.get("val"), wide)
 
     def _results(self, outputs, torch_out):
         user, updates = [], {}
@@ -460,25 +396,31 @@ class _Seeds:
         return rng
 
 
-def _match_torch(node, out, val):
+def _match_torch(node, out, val, wide=False):
     """The mapped result checked against torch's own shape for the node (nothing silently wrong), and
-    cast to torch's dtype `val.dtype` where the two promotion rules differ (int tensor * 0.5 is float in torch)."""
+    cast to torch's dtype `val.dtype` where the two promotion rules differ (int tensor * 0.5 is float in torch);
+    with `wide`, float64 where torch has float32."""
     if isinstance(val, torch.Tensor) and not isinstance(out, aten_table.Multi) and out is not None:
-        return _match_one(node, out, val)
+        return _match_one(node, out, val, wide)
     if isinstance(val, (list, tuple)) and isinstance(out, list):
-        return [_match_one(node, o, v) if isinstance(v, torch.Tensor) else o for o, v in zip(out, val)]
+        return [_match_one(node, o, v, wide) if isinstance(v, torch.Tensor) else o for o, v in zip(out, val)]
     return out
 
 
-def _match_one(node, out, val):
+def _match_one(node, out, val, wide):
     shape = tuple(int(s) for s in val.shape)
     if tuple(np.shape(out)) != shape:
         raise UnsupportedOpError(f"gradir's mapping of aten.{'.'.join(aten_name(node.target))} gave shape "
                                  f"{tuple(np.shape(out))} where torch gives {shape}",
                                  op=f"aten.{aten_name(node.target)[0]}", source=user_source())
-    want = aten_table.np_dtype(val.dtype)
+    want = aten_table.np_dtype(torch.float64 if wide and val.dtype == torch.float32 else val.dtype)
     have = out.dtype if hasattr(out, "dtype") else np.asarray(out).dtype
     return out if dtypes.as_dtype(have) == want else astype(out, want)
+
+
+def _widen_array(x):
+    """A float32 constant or buffer as float64 (float32_as); others as they are."""
+    return x.astype(np.float64) if getattr(x, "dtype", None) == np.float32 else x
 
 
 def _dtype_name(x) -> str | None:
@@ -519,6 +461,8 @@ def rebuild(spec, leaves):
         return next(leaves)
     kids = [rebuild(c, leaves) for c in (spec.children() if hasattr(spec, "children") else spec.children_specs)]
     t = spec.type
+    if t is type(None):  # a None output (where _tensors_only left an object out of a tuple)
+        return None
     if t in (tuple, list):
         return t(kids)
     if issubclass(t, tuple) and hasattr(t, "_fields"):  # namedtuple
@@ -557,7 +501,7 @@ def _numpy_state(named) -> tuple[dict, dict]:
     return arrays, aliases
 
 
-def from_torch(module, *example_inputs, decompose: bool = True):
+def from_torch(module, *example_inputs, decompose: bool = True, float32_as=None):
     """Capture a torch.nn.Module (or a function of tensors) at `example_inputs` as a gradir function.
 
     Returns ``(f, params)``: `params` maps every `named_parameters()` name (tied weights once, under
@@ -566,15 +510,36 @@ def from_torch(module, *example_inputs, decompose: bool = True):
     policies apply to it. The module's train/eval mode at capture is the mode replayed; dropout in
     training mode needs `seed=`. Buffers live on `f.buffers`; `f.with_buffers(...)` also returns their
     updated values. `f.capture` says how the graph was taken ("export", or "make_fx" where
-    torch.export failed). An ATen op without a gradir mapping raises UnsupportedOpError here.
+    torch.export failed). An ATen op without a gradir mapping raises UnsupportedOpError here, naming
+    mapped ops of the same kind where one is close.
+
+    Outputs that are not tensors (a transformers `DynamicCache` in `past_key_values`, other objects) are
+    left out of f's outputs, and `f.notes` says which; `f.outputs` is the outputs' structure with a
+    gr.TensorSpec (shape, dtype) per tensor.
+
     Given params and inputs of another float dtype than the capture's (all float64 for a float32 module),
     f computes in it, as torch.func.functional_call does, and casts `f.buffers` along; a mix of float
-    dtypes (float32 params, float64 inputs) computes in the capture's dtypes."""
-    named_module = module if isinstance(module, torch.nn.Module) else _FunctionModule(module)
-    captured, why = _capture(named_module, example_inputs, decompose)
+    dtypes (float32 params, float64 inputs) computes in the capture's dtypes. The model's own float32
+    requests (Llama's RMSNorm `x.to(torch.float32)`, rotary tables, `softmax(dtype=torch.float32)`) stay
+    float32 in a float64 call, as in torch; ``float32_as=np.float64`` computes them in float64 too (and
+    float32 constants and buffers), in calls whose params and inputs are float64, so a float64 model is
+    float64 throughout (calls in float32 are unchanged). `f.in_torch(params, *inputs)` runs the captured
+    graph in torch itself with the same choice, a reference for both."""
+    if float32_as is not None and dtypes.as_dtype(float32_as) != dtypes.float64:
+        raise DTypeError(f"float32_as={float32_as!r}: the model's float32 requests can be computed in float64 "
+                         "(float32_as=np.float64) or left as they are (None)", op="from_torch", source=user_source())
+    named_module = as_module(module)
+    dropped = {}
+    with forward_returns_tensors(named_module, dropped):
+        captured, why = capture(named_module, example_inputs, decompose)
     params, p_alias = _numpy_state(named_module.named_parameters(remove_duplicate=False))
     buffers, b_alias = _numpy_state(named_module.named_buffers(remove_duplicate=False))
     name = type(named_module).__name__ if isinstance(module, torch.nn.Module) else getattr(module, "__name__", "f")
     f = TorchFunction(captured, buffers, {**p_alias, **b_alias}, named_module.training, name)
     f.export_error = why
+    f.float32_as = None if float32_as is None else dtypes.float64
+    if dropped:
+        f.notes.append("left out of the outputs (not tensors): " + ", ".join(f"{k} ({v})" for k, v in dropped.items())
+                       + ("; a model built with use_cache=False does not make its cache"
+                          if any(v.endswith("Cache") for v in dropped.values()) else ""))
     return f, params
