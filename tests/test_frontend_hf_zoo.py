@@ -164,7 +164,7 @@ FLOAT32_INSIDE = {"llama", "mistral", "qwen2", "gemma", "gemma2", "phi", "phi3",
 
 # what a model needs that gradir lacks, while it lacks it: the test expects that UnsupportedOpError (strict: once
 # the mapping lands, the test fails until the entry is removed here)
-NEEDS = {"efficientnet": "needs aten.avg_pool2d with ceil_mode=True mapped onto gr.nn.avg_pool2d (its final pooling)"}
+NEEDS: dict[str, str] = {}
 
 
 def _main_output(out: dict):

@@ -1,6 +1,6 @@
-"""ATen ops the Hugging Face zoo meets beyond the one op table (gradir/frontends/aten_table.py), looked up after
-it: `as_strided` (which needs the input's memory layout, so the interpreter passes it), upsampling onto
-gr.nn.interpolate, and in-place ops (`scatter_` from F.one_hot on the make_fx path) as their out-of-place form.
+"""The ATen -> gradir table's `as_strided` (which reads the input's memory layout, so the interpreter passes it)
+and upsample_* onto gr.nn.interpolate, assembled into TABLE by aten_table; and `InPlace`, the wrapper under which
+the interpreter runs an in-place op (`scatter_` from F.one_hot on the make_fx path) as its out-of-place entry.
 
 torch is not imported here: dtypes and layouts arrive as plain values.
 """
@@ -213,12 +213,7 @@ class InPlace:
 
 
 EXTRA: dict = {"as_strided": _AsStrided(), **_upsample_entries()}
-"""ATen name (overload or packet) -> function over gradir ops, consulted after aten_table.TABLE."""
+"""ATen name (overload or packet) -> function over gradir ops: as_strided and upsampling."""
 
 
-def lookup(name: str, overload: str):
-    """The entry for aten `name`.`overload` here (the overload's own entry first), or None."""
-    return EXTRA.get(f"{name}.{overload}") or EXTRA.get(name)
-
-
-__all__ = ["EXTRA", "InPlace", "NeedsLayout", "lookup"]
+__all__ = ["EXTRA", "InPlace", "NeedsLayout"]

@@ -8,7 +8,7 @@ through the ATen -> gradir table, so the module becomes an ordinary gradir funct
 Every replayed node keeps the model's source line (the FX node's stack trace) and its submodule path
 as scope, so gradir's graphs, diagrams and errors point into the model code (DESIGN rule 8: the rest
 of gradir never knows the graph came from PyTorch). The graph is taken by gradir.frontends.torch_capture;
-each ATen op is looked up in aten_table, then aten_extra. torch is imported only by these frontend modules
+each ATen op is looked up in aten_table's one TABLE. torch is imported only by these frontend modules
 and gradir.core.interop.
 """
 
@@ -29,7 +29,7 @@ from gradir.core.errors import DTypeError, ShapeError, TraceError, UnsupportedOp
 from gradir.core.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.core.ir import Value
 from gradir.core.trace import current_scope, source_of, user_source
-from gradir.frontends import aten_extra, aten_table
+from gradir.frontends import aten_table
 from gradir.frontends.torch_capture import Captured, as_module, capture, forward_returns_tensors, run_in_torch, widen_dtypes
 from gradir.ops import astype
 
@@ -77,15 +77,6 @@ def aten_name(target) -> tuple[str, str]:
     return getattr(target, "__name__", str(target)), ""
 
 
-def _lookup(name: str, overload: str):
-    """The op table's entry, then the extra entries' (as_strided, upsampling), a `_copy` form (make_fx's
-    functionalized views) as its view."""
-    entry = aten_table.lookup(name, overload) or aten_extra.lookup(name, overload)
-    if entry is None and name.endswith("_copy") and name not in ("_to_copy", "lift_fresh_copy"):
-        entry = aten_extra.lookup(name.removesuffix("_copy"), overload)
-    return entry
-
-
 def _is_inplace(target) -> bool:
     return any(t.name == "inplace" for t in getattr(target, "tags", ()))
 
@@ -94,10 +85,10 @@ def _table_entry(node):
     name, overload = aten_name(node.target)
     if name == "getitem":
         return operator.getitem
-    entry = _lookup(name, overload)
+    entry = aten_table.lookup(name, overload)
     if entry is None and _is_inplace(node.target) and name.endswith("_") and _writes_a_fresh_tensor(node):
-        functional = _lookup(name[:-1], overload)
-        return None if functional is None else aten_extra.InPlace(functional)
+        functional = aten_table.lookup(name[:-1], overload)
+        return None if functional is None else aten_table.InPlace(functional)
     return entry
 
 
@@ -129,17 +120,29 @@ KNOWN = {
 }
 
 
+_NAMESPACES = ("special_", "linalg_", "fft_")  # torch.special.*, torch.linalg.*, ...: a family, not a spelling
+
+
+def _spelling(name: str) -> str:
+    """`name` without its torch namespace prefix (special_zeta -> zeta): what closeness in spelling compares."""
+    return next((name[len(p):] for p in _NAMESPACES if name.startswith(p)), name)
+
+
 def nearest_supported(name: str, target=None) -> list[str]:
     """Up to three mapped ATen names of the same kind as `name` (elementwise, reduction, view/shape op; the
-    whole table for others) and close in spelling; [] when none is close."""
+    whole table for others) and close in spelling (namespace prefixes such as special_ left out of the
+    comparison); [] when none is close."""
     base = name.removesuffix("_") if target is not None and _is_inplace(target) else name
     tags = {t.name for t in getattr(target, "tags", ())}
     family = next((_FAMILIES[t] for t in _FAMILIES if t in tags), None)
     if family is None and target is not None and _is_view(target):
         family = aten_table.SHAPES
-    pool = family if family is not None else {**aten_table.TABLE, **aten_extra.EXTRA}
-    names = sorted({k.split(".")[0] for k in pool if not k.startswith(("_", "sym_"))})
-    return difflib.get_close_matches(base, names, n=3, cutoff=0.6)
+    pool = family if family is not None else aten_table.TABLE
+    names: dict[str, list[str]] = {}
+    for k in sorted({k.split(".")[0] for k in pool if not k.startswith(("_", "sym_"))}):
+        names.setdefault(_spelling(k), []).append(k)
+    near = difflib.get_close_matches(_spelling(base), list(names), n=3, cutoff=0.6)
+    return [k for n in near for k in names[n]][:3]
 
 
 # ATen ops whose result's shape depends on the values (what each comes from in the user's code)
@@ -190,7 +193,7 @@ def _check_mapped(graph) -> dict:
         raise UnsupportedOpError(f"ATen op aten.{name}.{overload} has no gradir mapping{hint}{also}",
                                  op=f"aten.{name}", source=node_source(node) or user_source())
     for node, entry in entries.items():  # what reads a layout can say at capture that it cannot map it
-        if isinstance(entry, aten_extra.NeedsLayout):
+        if isinstance(entry, aten_table.NeedsLayout):
             val = node.args[0].meta.get("val")
             with source_of(node_source(node) or user_source(), node_scope(node)):
                 entry.check(tuple(val.shape), *node.args[1:], layout=_layout(val), **node.kwargs)
@@ -302,7 +305,7 @@ class TorchFunction:
                 env[node] = constants[node.target]
             elif node.op == "call_function":
                 env[node] = self._call(node, env, rng, wants, wide)
-                if isinstance(self._entries[node], aten_extra.InPlace):
+                if isinstance(self._entries[node], aten_table.InPlace):
                     env[node.args[0]] = env[node]  # later readers of the written tensor see the write
             elif node.op == "output":
                 outputs = torch_pytree.tree_leaves(torch.fx.node.map_arg(node.args[0], lambda n: env[n]))
@@ -351,7 +354,7 @@ class TorchFunction:
         with source_of(node_source(node) or user_source(), current_scope() + node_scope(node)):
             if isinstance(entry, aten_table.NeedsSeed):
                 kwargs["rng"] = rng.for_node(node)
-            if isinstance(entry, aten_extra.NeedsLayout):
+            if isinstance(entry, aten_table.NeedsLayout):
                 kwargs["layout"] = _layout(node.args[0].meta.get("val"))
             out = entry(*args, **kwargs)
             return _match_torch(node, out, wants[node] if wants else node.meta.get("val"), wide)
@@ -511,7 +514,9 @@ def from_torch(module, *example_inputs, decompose: bool = True, float32_as=None)
     training mode needs `seed=`. Buffers live on `f.buffers`; `f.with_buffers(...)` also returns their
     updated values. `f.capture` says how the graph was taken ("export", or "make_fx" where
     torch.export failed). An ATen op without a gradir mapping raises UnsupportedOpError here, naming
-    mapped ops of the same kind where one is close.
+    mapped ops of the same kind where one is close. decompose=False replays export's graph before its
+    decomposition to core ATen, which keeps higher-level ops (aten.linalg_inv, aten.cross_entropy_loss,
+    aten.pad); a training-mode BatchNorm's running statistics are then not updated (f.notes says so).
 
     Outputs that are not tensors (a transformers `DynamicCache` in `past_key_values`, other objects) are
     left out of f's outputs, and `f.notes` says which; `f.outputs` is the outputs' structure with a
@@ -542,4 +547,19 @@ def from_torch(module, *example_inputs, decompose: bool = True, float32_as=None)
         f.notes.append("left out of the outputs (not tensors): " + ", ".join(f"{k} ({v})" for k, v in dropped.items())
                        + ("; a model built with use_cache=False does not make its cache"
                           if any(v.endswith("Cache") for v in dropped.values()) else ""))
+    hidden = _unrecorded_updates(captured.graph)
+    if hidden:
+        f.notes.append(f"running statistics not updated ({', '.join(hidden)} in training mode): torch.export's graph "
+                       "without decompositions does not record that update; capture with decompose=True (the default)")
     return f, params
+
+
+def _unrecorded_updates(graph) -> list[str]:
+    """The batch_norm / instance_norm nodes that move running statistics in place inside the op (training mode, with
+    running statistics), which the graph without decompositions keeps whole and records no buffer update for."""
+    found = []
+    for node in graph.nodes:
+        name = aten_name(node.target)[0] if node.op == "call_function" else None
+        if name in ("batch_norm", "instance_norm") and len(node.args) > 5 and node.args[5] and node.args[3] is not None:
+            found.append(f"aten.{name}")
+    return sorted(set(found))

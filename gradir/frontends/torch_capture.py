@@ -56,7 +56,8 @@ def as_module(module) -> torch.nn.Module:
     return module if isinstance(module, torch.nn.Module) else _FunctionModule(module)
 
 
-_INPUT_KINDS = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant", "USER_INPUT": "input"}
+_INPUT_KINDS = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant", "USER_INPUT": "input",
+                "TOKEN": "token"}
 
 
 _STOP_GRADIENT = []
@@ -113,14 +114,52 @@ def _capture_export(module, inputs, decompose: bool) -> Captured:
     for spec in ep.graph_signature.output_specs:
         if spec.kind.name == "BUFFER_MUTATION":
             outs.append(("buffer", spec.target))
+        elif spec.kind.name == "TOKEN":
+            outs.append(("token", None))
         elif spec.kind.name in ("USER_OUTPUT", "LOSS_OUTPUT"):
             outs.append(("output", None))
         else:
             raise UnsupportedOpError(f"the module mutates its input {spec.target} in place ({spec.kind.name}); "
                                      "gradir functions are pure: return the new value instead",
                                      op="from_torch", source=user_source())
+    if any(kind == "token" for kind, _ in ins):
+        ins, outs = _drop_error_checks(ep.graph, ins, outs)
+    _drop_unread_results(ep.graph)
     constants = {k: torch_to_numpy(v) for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
     return Captured(ep.graph, ins, outs, ep.call_spec.out_spec, constants, "export")
+
+
+def _drop_error_checks(graph, ins: list, outs: list) -> tuple[list, list]:
+    """torch.export threads torch.linalg's error checks (`_linalg_check_errors` of LAPACK's info, which raises
+    on a singular matrix) through effect tokens: a token input, a `with_effects` call per check, the token as
+    an output. gradir's linalg ops raise on such a matrix themselves, so the checks go, and with them the
+    tokens' placeholders and outputs; (ins, outs) without the tokens. Another op with effects is an error."""
+    with_effects = torch.ops.higher_order.with_effects
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is with_effects:
+            if node.args[1] is not torch.ops.aten._linalg_check_errors.default:
+                raise UnsupportedOpError(f"{node.args[1]} runs for its side effect (torch.export threads it through "
+                                         "an effect token), which a gradir function has no place for",
+                                         op=str(node.args[1]), source=user_source())
+            for token in list(node.users):  # getitem(check, 0): the token after the check is the one before
+                token.replace_all_uses_with(node.args[0])
+                graph.erase_node(token)
+            graph.erase_node(node)
+    out = next(n for n in graph.nodes if n.op == "output")
+    out.args = (type(out.args[0])(v for v, (kind, _) in zip(out.args[0], outs) if kind != "token"),)
+    for node, (kind, _) in zip([n for n in graph.nodes if n.op == "placeholder"], ins):
+        if kind == "token":
+            graph.erase_node(node)
+    return [i for i in ins if i[0] != "token"], [o for o in outs if o[0] != "token"]
+
+
+def _drop_unread_results(graph) -> None:
+    """Remove the results of multi-result ops that nothing reads (the graph without decompositions keeps a getitem
+    per result: embedding_bag's offset2bag, bag_size, max_indices; the info the linalg checks read), so the replay
+    computes no more than the model uses."""
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and node.target is operator.getitem and not node.users:
+            graph.erase_node(node)
 
 
 def _capture_make_fx(module, inputs) -> Captured:
