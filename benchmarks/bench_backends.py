@@ -10,7 +10,16 @@ Workloads, each one call returning the loss and the gradients of every parameter
 - mlp1024 the same at B=1024 / H=512;
 - gpt     a GPT-2-style block in float32 (B=8, T=64, C=128, 4 heads): pre-LayerNorm causal
           self-attention and an erf-GELU MLP (4C), both residual; loss = mean(y**2), gradients
-          of every weight and bias.
+          of every weight and bias;
+- cnn, llama, mistral, neox, gpt2s
+          workloads_models.py's: a ResNet-style CNN step, transformers Llama/Mistral/GPT-NeoX training steps
+          captured with gr.from_torch, a 2-layer GPT-2-small-shaped stack of the block above.
+
+Thread modes (--threads, default 1,all): each mode runs in its own child processes with OPENBLAS_NUM_THREADS,
+OMP_NUM_THREADS, MKL_NUM_THREADS and GRADIR_NUM_THREADS set and torch.set_num_threads, and gets its own tables
+(a child that crashes costs only its current workload). Each mode measures the machine's peaks (roofline.py) and
+writes gradir LLVM's per-kernel listing, with achieved GFLOP/s and GB/s against them, to benchmarks/profile.md.
+--compile-time adds compile_time.py's cold and cached compile of a 12-layer GPT-2-small-shaped step.
 
 Method: every system's loss and gradients are first checked against gradir NumPy's (a system that
 disagrees is reported "wrong" and not timed). Then, after a warm-up, the systems are timed in
@@ -26,9 +35,10 @@ with GRADIR_CACHE_DIR=off (no on-disk cache), torch.compile's may use Inductor's
 The harness (first call, interleaved timing, summary, table, header) is also bench_gpu.py's, which passes
 a `sync` (torch.cuda.synchronize) run around every timed call and block, and a baseline for the ratios.
 
-Writes the tables to benchmarks/results.md (atomically). Run:
-  python benchmarks/bench_backends.py [--rounds N] [--workloads dot,mlp32,mlp1024,gpt]
-      [--systems llvm,numpy,torch,torch.compile,jax] [--unset-openblas-coretype] [--out PATH] [--quick]
+Writes the tables to benchmarks/results.md and the kernel listing to benchmarks/profile.md (atomically). Run:
+  python benchmarks/bench_backends.py [--rounds N] [--workloads dot,mlp32,mlp1024,gpt,cnn,llama,mistral,neox,gpt2s]
+      [--systems llvm,numpy,torch,torch.compile,jax] [--threads 1,all] [--compile-time] [--unset-openblas-coretype]
+      [--out PATH] [--profile-out PATH] [--quick]
       [--block-ms MS] [--pause-ms MS] [--warmup-s S]
 """
 
@@ -36,14 +46,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import functools
 import gc
 import importlib.util
+import json
 import math
 import os
 import pathlib
-import platform
 import random
 import statistics
 import subprocess
@@ -60,7 +69,21 @@ import gradir as gr
 from gradir.util.fileio import write_atomic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import compile_time  # noqa: E402
 from bench_core import dot_tanh, mlp_batch, mlp_loss, mlp_params, torch_mlp_step  # noqa: E402
+from machine import (  # noqa: E402, F401 - bb._cpu_model, bb.versions, ... as bench_gpu.py reads them
+    BUSY_WARNING,
+    MODULES,
+    OPENBLAS_VARS,
+    OtherLoad,
+    _busy_cores,
+    _cpu_model,
+    cpu_description,
+    environment_line,
+    openblas_kernels,
+    versions,
+)
+from roofline import kernel_profile, measure_peaks, peaks_line, render_profile  # noqa: E402
 from workload_spellings import (  # noqa: E402, F401 - bb.GPT_* and the spellings, as bench_gpu.py reads them
     GPT_B,
     GPT_C,
@@ -76,9 +99,11 @@ from workload_spellings import (  # noqa: E402, F401 - bb.GPT_* and the spelling
     torch_dot_step,
     torch_gpt_step,
 )
+from workloads_models import MODEL_WORKLOADS, Workload  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).with_name("results.md")
-OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+PROFILE = pathlib.Path(__file__).with_name("profile.md")
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "GRADIR_NUM_THREADS")
 
 # system keys (for --systems) -> names in the tables
 SYSTEMS = {
@@ -93,29 +118,18 @@ REFERENCE = "numpy"
 
 # -- workloads -------------------------------------------------------------------------------------
 
-@dataclass
-class Workload:
-    key: str
-    title: str
-    args: tuple  # NumPy arguments: the differentiated ones first, then the rest (integer data)
-    argnums: int | tuple[int, ...]  # which of args are differentiated (a dict argument: all its leaves)
-    names: list[str]  # gradient names, in the order the torch step returns them
-    gradir_loss: Callable
-    torch_step: Callable  # (torch, *torch_args) -> (loss, sequence of gradients)
-    jax_loss: Callable  # (jax, *jax_args) -> loss
-    rtol: float
-
-
 GPT_LARGE = {"B": 32, "T": 1024, "C": 768, "heads": 12}  # GPT-2 small's width (bench_gpu.py's "gpt_large")
 
 
 def workload(key: str, **sizes) -> Workload:
     """The workload `key` at its standard sizes, or at `sizes` (mlp: B, H; gpt and gpt_large: B, T, C, heads),
     for a smaller or larger run of the same step (bench_gpu.py --quick)."""
+    if key in MODEL_WORKLOADS:  # workloads_models.py's: their builders take their own sizes
+        return MODEL_WORKLOADS[key](**sizes)
     allowed = {"dot": (), "mlp32": ("B", "H"), "mlp1024": ("B", "H"), "gpt": ("B", "T", "C", "heads"),
                "gpt_large": ("B", "T", "C", "heads")}.get(key)
     if allowed is None:
-        raise ValueError(f"unknown workload {key!r}; choose from dot, mlp32, mlp1024, gpt, gpt_large")
+        raise ValueError(f"unknown workload {key!r}; choose from {', '.join(WORKLOADS)}, gpt_large")
     if set(sizes) - set(allowed):
         extra = sorted(set(sizes) - set(allowed))
         raise ValueError(f"workload {key!r} takes the sizes {', '.join(allowed) or '(none)'}, not {', '.join(extra)}")
@@ -144,7 +158,7 @@ def workload(key: str, **sizes) -> Workload:
                     with_heads(gpt_loss), with_heads(torch_gpt_step), with_heads(jax_gpt_loss), rtol=rtol)
 
 
-WORKLOADS = ("dot", "mlp32", "mlp1024", "gpt")
+WORKLOADS = ("dot", "mlp32", "mlp1024", "gpt", *MODEL_WORKLOADS)
 
 
 def _named(names, grads) -> dict[str, np.ndarray]:
@@ -166,6 +180,7 @@ class Runner:
     compile_ms: float = float("nan")
     steady_s: float = float("nan")  # median seconds of the steady calls after the first (_first_call)
     samples: list[float] = field(default_factory=list)  # per-call seconds, one per timed block
+    profile: Callable[[], list[dict]] | None = None  # gradir LLVM: roofline.kernel_profile of its step
 
 
 class Skip(Exception):
@@ -224,7 +239,8 @@ def _gradir_runner(w: Workload, backend: str) -> Runner:
         raise Skip("not available (backend not built)")
     step = gr.compile(gr.value_and_grad(w.gradir_loss, argnums=w.argnums), backend=backend)
     args = w.args
-    runner = Runner(backend, lambda: step(*args), lambda out: (float(out[0]), _named(w.names, out[1])))
+    runner = Runner(backend, lambda: step(*args), lambda out: (float(out[0]), _named(w.names, out[1])),
+                    profile=(lambda: kernel_profile(step, args)) if backend == "llvm" else None)
     # compile time without gradir's on-disk cache (a backend without one ignores the variable)
     return _first_call(runner, env={"GRADIR_CACHE_DIR": "off"})
 
@@ -277,6 +293,8 @@ def _jax():
 
 
 def _jax_runner(w: Workload) -> Runner:
+    if w.jax_loss is None:
+        raise Skip(w.jax_note or "not expressible in JAX here")
     jax = _jax()
     f = jax.jit(jax.value_and_grad(functools.partial(w.jax_loss, jax), argnums=w.argnums))
     jargs = jax.device_put(w.args)
@@ -488,124 +506,6 @@ def render_table(w: Workload, rows, skipped, wrong, errors, *, units: Units = Un
     return "\n".join(lines) + "\n"
 
 
-def _version(module: str) -> str | None:
-    if importlib.util.find_spec(module) is None:
-        return None
-    try:
-        from importlib.metadata import version
-
-        return version(module)
-    except Exception:
-        return "?"
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def openblas_kernels() -> list[str]:
-    """Which kernel each loaded OpenBLAS uses: threadpoolctl's answer if installed, else asked
-    directly from the libraries this process has loaded (NumPy's and SciPy's)."""
-    import numpy.linalg  # noqa: F401 - loads NumPy's OpenBLAS
-    with contextlib.suppress(ImportError):
-        import scipy.linalg  # noqa: F401
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        threadpool_info = None
-    if threadpool_info is not None:
-        return [f"{pathlib.Path(i['filepath']).name}: {i.get('architecture')} ({i.get('num_threads')} threads, "
-                f"threadpoolctl)" for i in threadpool_info() if i.get("internal_api") == "openblas"]
-    out = []
-    with contextlib.suppress(OSError):
-        libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower() and "/" in ln})
-        for lib in libs:
-            with contextlib.suppress(OSError):
-                dll = ctypes.CDLL(lib)
-                for sym in ("openblas_get_corename", "scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
-                            "openblas_get_corename64_"):
-                    fn = getattr(dll, sym, None)
-                    if fn is not None:
-                        fn.restype = ctypes.c_char_p
-                        out.append(f"{pathlib.Path(lib).name}: {fn().decode()}")
-                        break
-    return out
-
-
-def _cpu_jiffies() -> tuple[int, int]:
-    """(all CPU time, idle + iowait time) since boot, in clock ticks, from /proc/stat."""
-    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(fields[:8]), fields[3] + fields[4]  # user nice system idle iowait irq softirq steal
-
-
-class OtherLoad:
-    """How many cores other processes kept busy between start() and cores(): the machine's busy
-    CPU time (/proc/stat) minus this process's own (threads included), over the wall time."""
-
-    def start(self) -> OtherLoad:
-        self.t, self.own = time.perf_counter(), sum(os.times()[:4])
-        try:
-            self.jiffies = _cpu_jiffies()
-        except (OSError, ValueError, IndexError):
-            self.jiffies = None
-        return self
-
-    def cores(self) -> float:
-        if self.jiffies is None:
-            return math.nan
-        (t0, i0), (t1, i1) = self.jiffies, _cpu_jiffies()
-        busy = ((t1 - t0) - (i1 - i0)) / os.sysconf("SC_CLK_TCK")
-        own = sum(os.times()[:4]) - self.own
-        return max(0.0, busy - own) / max(time.perf_counter() - self.t, 1e-9)
-
-
-def _busy_cores(seconds: float = 0.5) -> float:
-    """Cores other processes keep busy, sampled while this process sleeps."""
-    meter = OtherLoad().start()
-    time.sleep(seconds)
-    return meter.cores()
-
-
-BUSY_WARNING = ("**Warning: other processes were using the CPUs; multi-threaded systems (OpenBLAS, PyTorch, "
-                "XLA thread pools) slow down many-fold when another process holds a core, so these numbers are "
-                "not representative.**")
-
-
-def environment_line() -> str:
-    env = ", ".join(f"{k}={os.environ[k]}" for k in OPENBLAS_VARS if k in os.environ) or "OPENBLAS_CORETYPE unset"
-    kernels = openblas_kernels()
-    busy = _busy_cores()
-    warn = " " + BUSY_WARNING if busy > 0.3 else ""
-    return (f"Environment: {env}; OpenBLAS kernel: {'; '.join(kernels) if kernels else 'unknown'}; "
-            f"cores busy with other processes at the start: {busy:.1f}.{warn}")
-
-
-MODULES = (("NumPy", "numpy"), ("PyTorch", "torch"), ("JAX", "jax"), ("jaxlib", "jaxlib"), ("llvmlite", "llvmlite"),
-           ("gradir", "gradir"))  # (name, module) whose versions a header reports, when installed
-
-
-def versions(modules=MODULES) -> str:
-    out = [f"Python {platform.python_version()}"]
-    for name, mod in modules:
-        v = _version(mod)
-        if v is not None:
-            out.append(f"{name} {v}")
-    return ", ".join(out)
-
-
-def cpu_description() -> str:
-    threads = ""
-    with contextlib.suppress(ImportError):
-        import torch
-
-        threads = f", PyTorch {torch.get_num_threads()} threads"
-    return f"{_cpu_model()}, {os.cpu_count()} CPU cores ({platform.platform()}{threads})"
-
-
 def cpu_method(args) -> str:
     """The method paragraph of bench_backends.py's report."""
     return (
@@ -635,12 +535,24 @@ def header(command: str, args, *, title: str = "Backend benchmark results", wher
 
 # -- main ------------------------------------------------------------------------------------------
 
-def run_workload(key: str, systems, args, log=print) -> str:
+@dataclass
+class Result:
+    """One workload's outcome in one thread mode: its table, gradir LLVM's per-kernel profile and compile ms."""
+
+    key: str
+    title: str
+    table: str
+    profile: list[dict] | None = None
+    llvm_compile_ms: float = math.nan
+
+
+def run_workload(key: str, systems, args, log=print) -> Result:
     w = workload(key)
     log(f"== {w.title}")
     runners, skipped = build(w, systems, log=log)
     if REFERENCE not in runners:
-        return f"### {w.title}\n\ngradir numpy (the reference) failed: {skipped.get(REFERENCE, 'not selected')}\n"
+        return Result(key, w.title, f"### {w.title}\n\ngradir numpy (the reference) failed: "
+                      f"{skipped.get(REFERENCE, 'not selected')}\n")
     errors = check(w, runners, log=log, skipped=skipped)
     wrong = {k: e for k, e in errors.items() if k not in runners}
     if REFERENCE not in args.systems_timed:
@@ -653,7 +565,99 @@ def run_workload(key: str, systems, args, log=print) -> str:
     table += (f"\nOther processes kept {other:.2f} cores busy on average while this table was timed."
               + (" " + BUSY_WARNING if other > 0.1 else "") + "\n")
     log(table)
-    return table
+    llvm = runners.get("llvm")
+    profile = llvm.profile() if llvm is not None and llvm.profile is not None else None
+    return Result(key, w.title, table, profile, llvm.compile_ms if llvm is not None else math.nan)
+
+
+def gradir_threads_note() -> str:
+    """Whether the LLVM backend reads GRADIR_NUM_THREADS (its sources name the variable), for the tables' heads."""
+    spec = importlib.util.find_spec("gradir.backends.llvm")
+    if spec is None or spec.origin is None:
+        return "n/a: no LLVM backend"
+    src = "".join(f.read_text() for f in pathlib.Path(spec.origin).parent.glob("*.py"))
+    return "honoured by the LLVM backend" if "GRADIR_NUM_THREADS" in src else "n/a: the LLVM backend ignores it"
+
+
+def thread_counts(spec: str) -> list[int]:
+    """'1,all' -> [1, os.cpu_count()] (duplicates dropped)."""
+    out = [os.cpu_count() or 1 if s.strip() == "all" else int(s) for s in spec.split(",") if s.strip()]
+    return list(dict.fromkeys(out))
+
+
+def mode_heading(n: int, note: str) -> str:
+    return (f"## {n} thread{'s' if n > 1 else ''}\n\nPyTorch torch.set_num_threads({n}); NumPy's OpenBLAS and MKL "
+            f"OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS={n} (this mode ran in its own process); "
+            f"gradir GRADIR_NUM_THREADS={n} ({note}).\n")
+
+
+def render_mode(n: int, note: str, env_line: str, peaks: dict, results: list[Result]) -> tuple[str, str]:
+    """A thread mode's section of results.md (heading, environment, peaks, tables) and of profile.md."""
+    tables = "\n".join([mode_heading(n, note), env_line, "", peaks_line(peaks), "", *(r.table for r in results)])
+    prof = [f"## {n} thread{'s' if n > 1 else ''}", "", peaks_line(peaks), ""]
+    for r in results:
+        prof.append(render_profile(r.title, r.profile, peaks) if r.profile else
+                    f"#### {r.title}\n\nno gradir LLVM profile (the backend did not run or was not selected)\n")
+    return tables, "\n".join(prof)
+
+
+def run_mode(args, log=print) -> None:
+    """In a thread mode's own process: set torch's threads, measure the peaks (unless args.peaks has them), run
+    the workloads; after each, write the state so far (args.out, JSON: environment, peaks, results), so a crash
+    loses only the workload it happened in."""
+    n = args.thread_mode
+    with contextlib.suppress(ImportError):
+        import torch
+
+        torch.set_num_threads(n)
+    state = {"env": environment_line(), "peaks": json.loads(args.peaks) if args.peaks else measure_peaks(),
+             "results": []}
+    log(state["env"])
+    log(peaks_line(state["peaks"]))
+    write_atomic(args.out, json.dumps(state))
+    for key in args.workload_keys:
+        state["results"].append(vars(run_workload(key, args.systems_run, args, log=log)))
+        write_atomic(args.out, json.dumps(state))
+
+
+def run_modes(argv: list[str], args, log=print) -> tuple[str, str, dict]:
+    """Each thread mode in child processes (thread counts of OpenBLAS and MKL are fixed when they load); a child
+    that dies (a crash in a system) costs its current workload, reported as such, and a new child runs the rest.
+    Returns the tables, the profile listing and gradir LLVM's compile ms per workload (the first mode's that has it)."""
+    tables, profiles, compile_ms = [], [], {}
+    skip = {"--out", "--profile-out", "--threads", "--workloads"}
+    child_argv = [a for i, a in enumerate(argv) if a not in skip and (i == 0 or argv[i - 1] not in skip)
+                  and a not in ("--unset-openblas-coretype", "--compile-time", "--tables-only")
+                  and not a.startswith(("--out=", "--threads=", "--workloads="))]
+    for n in thread_counts(args.threads):
+        state, remaining = {"env": "", "peaks": None, "results": []}, list(args.workload_keys)
+        while remaining:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = pathlib.Path(tmp) / "state.json"
+                cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), *child_argv, "--thread-mode", str(n),
+                       "--workloads", ",".join(remaining), "--out", str(out),
+                       *(["--peaks", json.dumps(state["peaks"])] if state["peaks"] else [])]
+                log(f"== {n} thread{'s' if n > 1 else ''}: {' '.join(cmd[1:])}")
+                proc = subprocess.run(cmd, env=dict(os.environ, **{k: str(n) for k in THREAD_VARS}))
+                got = json.loads(out.read_text()) if out.exists() else {"results": []}
+            state["env"], state["peaks"] = got.get("env") or state["env"], got.get("peaks") or state["peaks"]
+            state["results"] += [Result(**r) for r in got["results"]]
+            remaining = remaining[len(got["results"]):]
+            if proc.returncode != 0 and remaining:
+                key = remaining.pop(0)
+                why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+                state["results"].append(Result(key, key, f"### {key}\n\nThe run of this workload died ({why}); "
+                                               "see the log for the last system built or timed.\n"))
+        if state["peaks"] is None:
+            tables.append(f"{mode_heading(n, gradir_threads_note())}\nThe child run failed before measuring.\n")
+            continue
+        t, p = render_mode(n, gradir_threads_note(), state["env"], state["peaks"], state["results"])
+        tables.append(t)
+        profiles.append(p)
+        for r in state["results"]:  # the first mode's figure, or a later mode's where it has none
+            if compile_ms.get(r.key, math.nan) != compile_ms.get(r.key, math.nan) or r.key not in compile_ms:
+                compile_ms[r.key] = r.llvm_compile_ms
+    return "\n".join(tables), "\n".join(profiles), compile_ms
 
 
 def rerun_without_openblas_coretype(argv: list[str], log=print) -> str:
@@ -663,10 +667,11 @@ def rerun_without_openblas_coretype(argv: list[str], log=print) -> str:
     if not present:
         return f"{title}\n\nNot run: neither variable is set in this environment, so it would repeat the first run.\n"
     env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
-    child_argv = [a for a in argv if a != "--unset-openblas-coretype"]
+    child_argv = [a for a in argv if a not in ("--unset-openblas-coretype", "--compile-time")]
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "tables.md"
-        cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), *child_argv, "--out", str(out), "--tables-only"]
+        cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), *child_argv, "--out", str(out), "--tables-only",
+               "--profile-out", str(pathlib.Path(tmp) / "profile.md")]
         log(f"== re-running without {', '.join(present)}: {' '.join(cmd[1:])}")
         proc = subprocess.run(cmd, env=env)
         if proc.returncode != 0 or not out.exists():
@@ -684,11 +689,17 @@ def main(argv: list[str] | None = None) -> str:
                     help="sleep before each timed block, so other systems' worker threads stop spinning (default 150)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ",".join(WORKLOADS))
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ",".join(SYSTEMS))
+    ap.add_argument("--threads", default="1,all", help="thread modes, each in its own process (default 1,all)")
+    ap.add_argument("--compile-time", action="store_true",
+                    help="also measure the 12-layer GPT-2-small step's cold and cached compile (compile_time.py)")
     ap.add_argument("--unset-openblas-coretype", action="store_true",
                     help="also re-run in a child process without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE and append its tables")
     ap.add_argument("--quick", action="store_true", help="few short rounds (for a smoke test)")
     ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--tables-only", action="store_true", help=argparse.SUPPRESS)  # the child run's output
+    ap.add_argument("--profile-out", type=pathlib.Path, default=PROFILE, help="the per-kernel listing (profile.md)")
+    ap.add_argument("--tables-only", action="store_true", help=argparse.SUPPRESS)  # the coretype child's output
+    ap.add_argument("--thread-mode", type=int, default=None, help=argparse.SUPPRESS)  # a thread mode's child
+    ap.add_argument("--peaks", default=None, help=argparse.SUPPRESS)  # its peaks, when an earlier child measured them
     args = ap.parse_args(argv)
     args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 20)
     args.block_ms = args.block_ms if args.block_ms is not None else (5.0 if args.quick else 50.0)
@@ -703,23 +714,34 @@ def main(argv: list[str] | None = None) -> str:
         if s not in WORKLOADS:
             ap.error(f"unknown workload {s!r}; choose from {', '.join(WORKLOADS)}")
     args.systems_timed = set(systems)
-    systems = list(dict.fromkeys([REFERENCE, *systems]))  # gradir numpy always runs: it is the reference
+    args.systems_run = list(dict.fromkeys([REFERENCE, *systems]))  # gradir numpy always runs: it is the reference
+    args.workload_keys = workloads
+    if args.thread_mode is not None:
+        run_mode(args)
+        return ""
     command = "python benchmarks/bench_backends.py " + " ".join(argv)
-    env_line = environment_line()
-    print(env_line)
     t0 = time.perf_counter()
-    tables = [run_workload(key, systems, args) for key in workloads]
-    body = f"{env_line}\n\n" + "\n".join(tables)
+    tables, profile, compile_ms = run_modes(argv, args)
     if args.tables_only:
-        write_atomic(args.out, body)
-        return body
-    report = header(command.strip(), args) + body
+        write_atomic(args.out, tables)
+        return tables
+    report = header(command.strip(), args) + "\n" + tables
+    if args.compile_time:
+        print("== compile time (compile_time.py)")
+        report += "\n" + compile_time.render(compile_time.measure(), compile_ms)
+    elif compile_ms:
+        report += "\n" + compile_time.render_workloads(compile_ms)
     if args.unset_openblas_coretype:
         report += "\n" + rerun_without_openblas_coretype(argv)
     report += (f"\nTotal wall time of the run: {time.perf_counter() - t0:.0f} s; "
                f"cores busy with other processes at the end: {_busy_cores():.1f}.\n")
     write_atomic(args.out, report)
-    print(f"wrote {args.out}")
+    write_atomic(args.profile_out, f"# Where gradir LLVM's time goes\n\n`{command.strip()}` on {cpu_description()}. "
+                 "Each kernel run alone (the backend's executable.profile), its FLOPs counted from the IR (2MNK per "
+                 "product, one per element otherwise, none for data movement) and its bytes from the kernel listing; "
+                 "of roofline: achieved / min(peak GFLOP/s, flop/byte x peak GB/s), or of the peak GB/s for a kernel "
+                 "without arithmetic.\n\n" + profile)
+    print(f"wrote {args.out} and {args.profile_out}")
     return report
 
 

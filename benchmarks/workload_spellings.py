@@ -37,6 +37,12 @@ def gpt_input(seed: int = 1, B: int = GPT_B, T: int = GPT_T, C: int = GPT_C) -> 
 
 def gpt_loss(p, x, heads: int = GPT_HEADS):
     """mean(block(x)**2) for the pre-LayerNorm block, written with gradir ops."""
+    x = gpt_block(p, x, heads)
+    return gr.mean(x * x)
+
+
+def gpt_block(p, x, heads: int = GPT_HEADS):
+    """The pre-LayerNorm block (gradir): causal self-attention and an erf-GELU MLP, both residual."""
     B, T, C = x.shape
     hd = C // heads
     split = lambda y: gr.swapaxes(gr.reshape(y, (B, T, heads, hd)), 1, 2)  # (B, T, C) -> (B, H, T, hd)
@@ -49,13 +55,19 @@ def gpt_loss(p, x, heads: int = GPT_HEADS):
     o = gr.reshape(gr.swapaxes(gr.nn.softmax(s, axis=-1) @ v, 1, 2), (B, T, C))
     x = x + gr.nn.linear(o, p["proj_w"], p["proj_b"])
     h = gr.nn.layer_norm(x, p["ln2_w"], p["ln2_b"], eps=LN_EPS)
-    x = x + gr.nn.linear(gr.nn.gelu(gr.nn.linear(h, p["fc_w"], p["fc_b"])), p["fc2_w"], p["fc2_b"])  # erf GELU
-    return gr.mean(x * x)
+    return x + gr.nn.linear(gr.nn.gelu(gr.nn.linear(h, p["fc_w"], p["fc_b"])), p["fc2_w"], p["fc2_b"])  # erf GELU
 
 
 def torch_gpt_step(torch, p, x, heads: int = GPT_HEADS):
     """The same block in PyTorch: loss and the gradients of every parameter (in p's order)."""
-    import torch.nn.functional as F
+    y = torch_gpt_block(torch, p, x, heads)
+    loss = (y * y).mean()
+    return loss, torch.autograd.grad(loss, list(p.values()))
+
+
+def torch_gpt_block(torch, p, x, heads: int = GPT_HEADS):
+    """gpt_block in PyTorch."""
+    F = torch.nn.functional
 
     B, T, C = x.shape
     hd = C // heads
@@ -68,12 +80,16 @@ def torch_gpt_step(torch, p, x, heads: int = GPT_HEADS):
     o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
     x = x + F.linear(o, p["proj_w"], p["proj_b"])
     h = F.layer_norm(x, (C,), p["ln2_w"], p["ln2_b"], eps=LN_EPS)
-    x = x + F.linear(F.gelu(F.linear(h, p["fc_w"], p["fc_b"])), p["fc2_w"], p["fc2_b"])  # approximate="none": erf
-    loss = (x * x).mean()
-    return loss, torch.autograd.grad(loss, list(p.values()))
+    return x + F.linear(F.gelu(F.linear(h, p["fc_w"], p["fc_b"])), p["fc2_w"], p["fc2_b"])  # approximate="none": erf
 
 
 def jax_gpt_loss(jax, p, x, heads: int = GPT_HEADS):
+    x = jax_gpt_block(jax, p, x, heads)
+    return jax.numpy.mean(x * x)
+
+
+def jax_gpt_block(jax, p, x, heads: int = GPT_HEADS):
+    """gpt_block in JAX."""
     jnp = jax.numpy
     B, T, C = x.shape
     hd = C // heads
@@ -93,8 +109,7 @@ def jax_gpt_loss(jax, p, x, heads: int = GPT_HEADS):
     o = (jax.nn.softmax(s, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
     x = x + linear(o, p["proj_w"], p["proj_b"])
     h = layer_norm(x, p["ln2_w"], p["ln2_b"])
-    x = x + linear(jax.nn.gelu(linear(h, p["fc_w"], p["fc_b"]), approximate=False), p["fc2_w"], p["fc2_b"])
-    return jnp.mean(x * x)
+    return x + linear(jax.nn.gelu(linear(h, p["fc_w"], p["fc_b"]), approximate=False), p["fc2_w"], p["fc2_b"])
 
 
 # -- the other workloads in torch and JAX ---------------------------------------------------------
