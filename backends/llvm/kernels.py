@@ -7,7 +7,6 @@ its bias epilogue, `ScatterKernel` index_add. codegen.py's ModuleBuilder creates
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -16,20 +15,11 @@ from gradir.core import dtypes
 from gradir.core.dtypes import is_float
 from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, in_kernel_value
+from gradir.passes.fusion import PLACEMENTS, REDUCTIONS, in_kernel_value
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
 
-PARALLEL_LOOP_WORK = 1 << 16    # loop kernels below this many element-ops (elements x nodes) run on one thread
-PARALLEL_MATMUL_WORK = 1 << 18  # products below this many multiply-adds run on one thread
-LOOP_GRAIN = 256                # a split innermost loop is cut at multiples of this many iterations, so each
-# thread's vector body and scalar tail cover the same elements as one thread's would (same arithmetic)
-GEMM_GRAIN = 32                 # rows of a split product: whole micro-kernel tiles per thread
-GEMM_PIECE = 1 << 22            # and at least this many multiply-adds: OpenBLAS computes smaller products with
-# other kernels (its "small matrix" path), whose sums round differently; measured: pieces of 1.3M multiply-adds
-# of a 2M product differ in the last bit, pieces of 4M and more of bigger products are exact. Splitting C's
-# columns (OpenBLAS's rows) changed dgemm's results at any piece size, so only rows and batches are split.
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
@@ -44,49 +34,6 @@ def reduction_identity(op: str, dt):
         return op in ("min", "argmin")
     info = np.iinfo(dt)
     return info.min if op in ("max", "argmax") else info.max
-
-
-class Split(NamedTuple):
-    """How threads share a kernel: `where` (a loop kernel: the loop's position in its plan; a matmul: "batch"
-    or "m", C's rows) has `size` iterations, cut into whole pieces of `grain` (codegen.py gives each thread a range)."""
-
-    where: int | str
-    size: int
-    grain: int
-
-
-def split_of(program, k) -> Split | None:
-    """How kernel k is shared between threads, or None when it is too small or must run whole on one."""
-    if k.kind == LOOP:
-        work = math.prod(k.domain) * max(1, len(k.nodes))
-        if work < PARALLEL_LOOP_WORK:
-            return None
-        plan = LoopPlan.nest(program, k)
-        j = plan.splittable(program, k)
-        if j is None or plan.loops[j].size < 2:
-            return None
-        grain = LOOP_GRAIN if j == len(plan.loops) - 1 else 1
-        if plan.loops[j].size < 2 * grain:
-            return None
-        return Split(j, plan.loops[j].size, grain)
-    if k.kind == MATMUL:
-        n = k.nodes[0]
-        if min(x.ndim for x in n.inputs) < 2 or BLAS_GEMM.get(n.dtype) is None:
-            return None
-        _, ash, ast, _, bsh, bst = gemm_operands(program, k)
-        (M, K), N = ash[-2:], bsh[-1]
-        batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
-        out = next((v for v in (k.epilogue, k.transposed) if v is not None), n)
-        if M * N * K * math.prod(batch) < PARALLEL_MATMUL_WORK or batch and out.ndim != len(batch) + 2:
-            return None
-        if batch and batch[0] >= 2:
-            return Split("batch", batch[0], 1)
-        if not (blas_layout(M, K, *ast[-2:]) and blas_layout(K, N, *bst[-2:])) or M * N * K < SMALL_MATMUL:
-            return None
-        # C's rows (the columns of OpenBLAS's column-major C^T): each piece at least GEMM_PIECE multiply-adds
-        grain = -(-max(GEMM_GRAIN, -(-GEMM_PIECE // max(N * K, 1))) // GEMM_GRAIN) * GEMM_GRAIN
-        return Split("m", M, grain) if M >= 2 * grain else None
-    return None
 
 
 class LoopKernel(Emitter):
@@ -105,9 +52,9 @@ class LoopKernel(Emitter):
         self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
                           and n not in k.accumulated}
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
-        self.split = split_of(self.program, k).where if self.part is not None else None
-        if self.part is None:  # (a split kernel's caller fills them once, before the threads start)
-            self.prologue()
+        for n in k.nodes:  # memory accumulators start at the reduction's identity (in node order: a set's
+            if n in k.accumulated:  # order would change the IR text, and so the disk cache's key, run to run)
+                self.fill(n, reduction_identity(n.op, n.dtype))
         loops = self.open_loops(outer=True)
         self.rows: dict[Value, ir.Value] = {}
         self.emit_rows(0)
@@ -117,19 +64,12 @@ class LoopKernel(Emitter):
         self.close_loops(loops)
         self.finish()
 
-    def prologue(self) -> None:
-        """What runs once before the loops: memory accumulators start at the reduction's identity."""
-        for n in self.k.nodes:  # (in node order: a set's order would change the IR text, and so the
-            if n in self.k.accumulated:  # disk cache's key, run to run)
-                self.fill(n, reduction_identity(n.op, n.dtype))
-
     def open_loops(self, outer: bool) -> list[Loop]:
-        """Open the plan's outer (row) or inner loops, outermost first (the split one over this thread's part)."""
+        """Open the plan's outer (row) or inner loops, outermost first."""
         opened = []
         for j, lp in enumerate(self.plan.loops):
             if lp.outer == outer:
-                name = f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}"
-                opened.append((j, self.loop_range(*self.part, name) if j == self.split else self.loop_begin(lp.size, name)))
+                opened.append((j, self.loop_begin(lp.size, f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}")))
                 self.counters[j] = opened[-1][1].index
         return opened
 
@@ -440,26 +380,19 @@ class LoopKernel(Emitter):
 
 # -- matmul --------------------------------------------------------------------------------------------
 
-def gemm_operands(program, k):
-    """(A's access, shape, strides, then B's) of matmul kernel k as the product C = A @ B it computes: 1-d
-    operands as matrices; for a kernel writing the transposed product, B^T and A^T swapped in."""
-    a, bv = k.nodes[0].inputs
-    A, B = program.access[a], program.access[bv]
-    ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
-    bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
-    if k.transposed is not None:  # write (A @ B)^T = B^T @ A^T: the operands swap and transpose
-        swap = lambda xs: tuple(xs[:-2]) + (xs[-1], xs[-2])
-        (A, ash, ast), (B, bsh, bst) = (B, swap(bsh), swap(bst)), (A, swap(ash), swap(ast))
-    return A, ash, ast, B, bsh, bst
-
-
 class MatmulKernel(Emitter):
     """C = A @ B with NumPy's matmul shapes, per batch element: BLAS gemm when the operands are strided
     matrices (their transposes become its flags) with at least SMALL_MATMUL multiply-adds, else a loop."""
 
     def emit(self):
         n = self.k.nodes[0]
-        A, ash, ast, B, bsh, bst = gemm_operands(self.program, self.k)
+        a, bv = n.inputs
+        A, B = self.program.access[a], self.program.access[bv]
+        ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
+        bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
+        if self.k.transposed is not None:  # write (A @ B)^T = B^T @ A^T: the operands swap and transpose
+            swap = lambda xs: tuple(xs[:-2]) + (xs[-1], xs[-2])
+            (A, ash, ast), (B, bsh, bst) = (B, swap(bsh), swap(bst)), (A, swap(ash), swap(ast))
         M, K = ash[-2:]
         N = bsh[-1]
         batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
@@ -476,26 +409,15 @@ class MatmulKernel(Emitter):
         out = next((v for v in (self.k.epilogue, self.k.transposed) if v is not None), n)
         self.A, self.B, self.C = A, B, self.program.access[out]
         self.n = n
-        # a thread's part: one range of the first batch axis or of C's rows (split_of)
-        self.split = split_of(self.program, self.k).where if self.part is not None else None
-        ranged = {"batch": 0, "m": nb}.get(self.split)
         if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
-            self.fill_bias(out, self.k.bias, ranged)
-        loops = [self.loop_range(*self.part, f"b{d}") if ranged == d else self.loop_begin(s, f"b{d}")
-                 for d, s in enumerate(batch)]
+            self.fill_bias(out, self.k.bias)
+        loops = [self.loop_begin(s, f"b{d}") for d, s in enumerate(batch)]
         idx = [lp.index for lp in loops]
         offs = [self.linear(idx, s, acc.offset) for s, acc in
                 ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
         blas = BLAS_GEMM.get(n.dtype)
         la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
-        if self.split == "m":  # this thread's rows of A and C
-            lo, hi = self.part
-            b = self.b
-            a_off, b_off, c_off = offs
-            offs = [b.add(a_off, b.mul(lo, ir.Constant(I64, self.a_mat[0]))), b_off,
-                    b.add(c_off, b.mul(lo, ir.Constant(I64, N)))]
-            self.call_gemm(blas, la, lb, *offs, rows=b.trunc(b.sub(hi, lo), I32))
-        elif M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
+        if M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
             self.call_gemm(blas, la, lb, *offs)
         else:
             self.loop_matmul(*offs)
@@ -503,22 +425,9 @@ class MatmulKernel(Emitter):
             self.loop_end(lp)
         self.finish()
 
-    def fill_bias(self, out: Value, bias: Value, ranged: int | None = None) -> None:
-        """C = the bias, over this thread's range of out's axis `ranged` (None: all of it); where out has more
-        axes than the product (a batch folded into its rows), the range is over out's leading axes together."""
-        if ranged is not None and out.ndim != ranged + 2:  # (split_of: only rows without a batch come here)
-            b, lead = self.b, out.shape[:-1]
-            loops = [self.loop_range(*self.part, "rows"), self.loop_begin(out.shape[-1], "cols")]
-            r = loops[0].index
-            c = []
-            for d in range(len(lead)):
-                v = b.udiv(r, ir.Constant(I64, math.prod(lead[d + 1:])))
-                c.append(b.urem(v, ir.Constant(I64, lead[d])) if d else v)
-            c.append(loops[1].index)
-        else:
-            loops = [self.loop_range(*self.part, f"c{d}") if d == ranged else self.loop_begin(s, f"c{d}")
-                     for d, s in enumerate(out.shape)]
-            c = [lp.index for lp in loops]
+    def fill_bias(self, out: Value, bias: Value) -> None:
+        loops = [self.loop_begin(s, f"c{d}") for d, s in enumerate(out.shape)]
+        c = [lp.index for lp in loops]
         if bias in self.program.immediates or bias.op == "const" and not bias.ndim:
             value = self.constant(self.program.immediates.get(bias, bias).attrs["value"].item(), bias.dtype)
         else:
@@ -528,9 +437,8 @@ class MatmulKernel(Emitter):
         for lp in reversed(loops):
             self.loop_end(lp)
 
-    def call_gemm(self, gemm, la, lb, a_off, b_off, c_off, rows=None):
-        """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A). `rows`: this
-        thread's number of rows of A and C (a run-time value), at the offsets given."""
+    def call_gemm(self, gemm, la, lb, a_off, b_off, c_off):
+        """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A)."""
         b = self.b
         M, N, K = self.dims
         dt = self.n.dtype
@@ -538,13 +446,12 @@ class MatmulKernel(Emitter):
 
         def cell(ty_, value):
             p = b.alloca(ty_)
-            b.store(value if isinstance(value, ir.Value) else ir.Constant(ty_, value), p)
+            b.store(ir.Constant(ty_, value), p)
             return p
         opa, lda = la
         opb, ldb = lb
         beta = 0.0 if self.k.epilogue is None else 1.0
-        args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M if rows is None else rows),
-                cell(I32, K), cell(ty, 1.0),
+        args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M), cell(I32, K), cell(ty, 1.0),
                 self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
                 cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
         b.call(self.mb.blas(gemm), args)
