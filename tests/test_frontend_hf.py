@@ -132,3 +132,23 @@ def test_a_mixture_of_experts_with_its_default_kernels_says_how_to_capture_it():
                                      num_attention_heads=2, num_key_value_heads=1, num_local_experts=2)
     with pytest.raises(UnsupportedOpError, match='experts_implementation="batched_mm"'):
         gr.from_torch(transformers.MixtralForCausalLM(cfg).double().eval(), torch.randint(0, VOCAB, (1, 4)))
+
+
+def test_llama_at_training_size_has_the_reference_gradients_on_llvm():
+    """Kernels big enough to be split or partitioned (here a (32, 8, 64) batch: the example k_llama_names' shape):
+    a change to the LLVM backend's loops once gave every gradient wrong at this size while the tiny-config zoo and
+    the thread-count tests (which compared the backend with itself) passed. Random tokens: no dataset needed."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=27, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8,
+                                   bos_token_id=0, eos_token_id=0, tie_word_embeddings=False, use_cache=False)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(5)
+    idx, targets = torch.randint(0, 27, (32, 8), generator=g), torch.randint(0, 27, (32, 8), generator=g).numpy()
+    f, params = gr.from_torch(model, idx)
+    step = gr.value_and_grad(lambda p, i, t: gr.nn.cross_entropy(f(p, i)["logits"], t))
+    got = gr.compile(step, backend="llvm")(params, idx.numpy(), targets)
+    want = gr.compile(step, backend="numpy")(params, idx.numpy(), targets)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for name, w in want[1].items():  # float32, summed in another order: relative to each gradient's largest entry
+        np.testing.assert_allclose(got[1][name], w, rtol=0, atol=1e-4 * np.abs(w).max(), err_msg=name)
