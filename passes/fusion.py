@@ -14,6 +14,8 @@ The result is a `FusedProgram`: kernels in execution order, each covering some n
   nest runs; its result can be read only by later kernels.
 - ``matmul``: one matmul, run by BLAS (operand transposes become BLAS flags).
 - ``scatter``: `index_add` (the backward of a gather) and `index_update` (a write at integer indices).
+- ``scan``: `cumsum`, a sequential loop along its axis (vectorized over the inner axes).
+- ``window``: `unfold` (im2col, a gather with a padding value) and `fold` (col2im, its scatter-add).
 - ``numpy``: a node the backend does not compute (complex values, convolution folding, an op missing from
   the backend's table of the ops it renders, ...); it runs on the NumPy reference, and the listing says so.
 
@@ -49,14 +51,15 @@ from gradir.passes.aliasing import c_strides, view_strides
 from gradir.passes.memory import GREEDY_ORDERS, Buffer, best_fit, greedy_by_size, overlapping_pairs, overlaps
 from gradir.passes.report import human_bytes
 
-LOOP, MATMUL, SCATTER, NUMPY = "loop", "matmul", "scatter", "numpy"
+LOOP, MATMUL, SCATTER, SCAN, WINDOW, NUMPY = "loop", "matmul", "scatter", "scan", "window", "numpy"
 VIEWS = frozenset({"broadcast_to", "transpose", "slice", "reshape", "stop_gradient"})
 REDUCTIONS = frozenset({"sum", "max", "min"})
 ARG_REDUCTIONS = frozenset({"argmax", "argmin"})  # row reductions only (over trailing axes)
 PLACEMENTS = frozenset({"pad", "concatenate", "update_slice"})  # each output element comes from one operand element
 LOOP_OPS = frozenset({"take", "check_classes"}) | ARG_REDUCTIONS | PLACEMENTS  # non-elementwise ops a loop computes
-KERNEL_OPS = REDUCTIONS | LOOP_OPS | {"matmul", "index_add", "index_update"}  # the ops fusion places besides views and
-# the elementwise ones (those whose primitive says kind="elementwise"); a backend's table says which it renders
+KERNEL_OPS = REDUCTIONS | LOOP_OPS | {"matmul", "index_add", "index_update", "cumsum", "unfold", "fold"}
+# ^ the ops fusion places besides views and the elementwise ones (those whose primitive says kind="elementwise");
+# a backend's table says which it renders
 ALIGN = 64  # arena buffers start at multiples of this (a cache line; every dtype's alignment)
 MAX_KERNEL_NODES = 64  # a longer chain starts a new kernel: LLVM's optimizer is superlinear in a loop body's size
 GREEDY_PAIRS = 100_000  # buffers alive together up to which greedy placements are tried besides best fit (their cost)
@@ -241,6 +244,10 @@ class _Fuser:
                 self._new(MATMUL, n)
             elif op == "index_add" or op == "index_update":
                 self._new(SCATTER, n)
+            elif op == "cumsum":
+                self._new(SCAN, n)
+            elif op == "unfold" or op == "fold":
+                self._new(WINDOW, n)
             elif op in VIEWS:  # a reshape NumPy must copy: a copy loop over its operand's shape
                 k = self._new(LOOP, n, domain=n.inputs[0].shape)
                 k.copies = {n: n.inputs[0]}
@@ -720,6 +727,10 @@ def kernel_header(k: Kernel, program: FusedProgram) -> str:
         shape = "BLAS gemm"
     elif k.kind == SCATTER:
         shape = "scatter-add loop"
+    elif k.kind == SCAN:
+        shape = f"scan loop along axis {k.nodes[0].attrs['axis']}{' (reverse)' if k.nodes[0].attrs['reverse'] else ''}"
+    elif k.kind == WINDOW:
+        shape = "im2col gather loop" if k.nodes[0].op == "unfold" else "col2im scatter-add loop"
     else:
         shape = f"NumPy fallback ({k.note})"
     return f"{k.name} {k.kind:<7} {shape}  reads {human_bytes(r)}, writes {human_bytes(w)}"

@@ -20,12 +20,12 @@ import numpy as np
 from llvmlite import ir
 
 from gradir.core.ir import Value
-from gradir.passes.fusion import LOOP, MATMUL, NUMPY, SCATTER, FusedProgram, Kernel
+from gradir.passes.fusion import LOOP, MATMUL, NUMPY, SCAN, SCATTER, WINDOW, FusedProgram, Kernel
 
 from ..loops import lowering
 from ..sharing import kernel_params, share
 from .emitter import I8, I32, I64, PTR
-from .kernels import LoopKernel, MatmulKernel, ScatterKernel
+from .kernels import LoopKernel, MatmulKernel, ScanKernel, ScatterKernel, WindowKernel
 
 
 class ModuleBuilder:
@@ -79,7 +79,7 @@ class ModuleBuilder:
         fn.attributes.add("noinline")  # compiled once, called from every place of the driver's table it runs
         for a in fn.args:
             a.add_attribute("noalias")
-        emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel}[k.kind]
+        emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel, SCAN: ScanKernel, WINDOW: WindowKernel}[k.kind]
         emitter = emit(self, k, fn, dict(zip(params, fn.args)))
         with lowering("LLVM", k, emitter.at):
             emitter.emit()
@@ -161,4 +161,4 @@ class ModuleBuilder:
         return self._blas[name]
 
 
-__all__ = ["LoopKernel", "MatmulKernel", "ModuleBuilder", "ScatterKernel"]
+__all__ = ["LoopKernel", "MatmulKernel", "ModuleBuilder", "ScanKernel", "ScatterKernel", "WindowKernel"]

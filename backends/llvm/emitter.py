@@ -301,7 +301,9 @@ RENDERS = ELEMENTWISE_RENDERS | frozenset({  # ... and every op the kernels (ker
     "sum", "max", "min", "argmax", "argmin",         # reductions in registers or into memory; arg-reductions of rows
     "take", "check_classes",                         # gathers and the class-index check
     "pad", "concatenate", "update_slice",            # placements
-    "matmul", "index_add", "index_update"})          # BLAS or a loop; scatter loops
+    "matmul", "index_add", "index_update",           # BLAS or a loop; scatter loops
+    "cumsum",                                        # a scan loop
+    "unfold", "fold"})                               # im2col gather, col2im scatter-add loops
 
 
 class Loop:

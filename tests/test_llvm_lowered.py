@@ -1,0 +1,126 @@
+"""Ops the LLVM backend once left on the NumPy fallback, now compiled: each compared with the NumPy backend
+(values, and gradients through gr.grad of a weighted sum) at edge shapes, and absent from the fallback listing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradir as gr
+from gradir.core.trace import bind
+
+CUMSUM_CASES = [((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2), ((1,), 0), ((7,), 0), ((2, 1, 3), 1),
+                ((0, 3), 0), ((3, 0), 1), ((0, 3), 1), ((4, 1), 0), ((33, 17), 0), ((5, 40), 1)]
+
+
+def both(f, *args):
+    return gr.compile(f, backend="numpy")(*args), gr.compile(f, backend="llvm")(*args)
+
+
+def listing(f, *args) -> str:
+    c = gr.compile(f, backend="llvm")
+    c(*args)
+    return c.source(*args).split("\n\n", 1)[0]
+
+
+def data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+@pytest.mark.parametrize("shape,axis", CUMSUM_CASES)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.bool_])
+def test_cumsum_matches_numpy(shape, axis, reverse, dtype):
+    x = data(shape, dtype)
+
+    def f(x):
+        return bind("cumsum", x, axis=axis, reverse=reverse) if reverse else gr.cumsum(x, axis=axis)
+    ref, got = both(f, x)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)  # the same summation order: bit for bit
+
+
+@pytest.mark.parametrize("shape,axis", CUMSUM_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cumsum_gradient_matches_numpy(shape, axis, dtype):
+    x, w = data(shape, dtype), data(shape, dtype, seed=1)
+
+    def loss(x):
+        return gr.sum(gr.cumsum(gr.tanh(x), axis=axis) * w)
+    ref, got = both(gr.grad(loss), x)
+    np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-4 if dtype == np.float32 else 1e-12)  # tanh (mathlib) differs by ulps
+
+
+def test_cumsum_of_a_view_and_low_precision():
+    x = data((6, 5), np.float64)
+    ref, got = both(lambda x: gr.cumsum(gr.transpose(x)[1:, ::2], axis=1), x)
+    np.testing.assert_array_equal(got, ref)
+    h = data((9, 4), np.float16)
+    ref, got = both(lambda h: gr.cumsum(h, axis=0), h)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_cumsum_leaves_the_fallback():
+    x = data((4, 6), np.float32)
+
+    def loss(x):
+        return gr.sum(gr.cumsum(x * x, axis=1) * 0.5)
+    text = listing(gr.grad(loss), x)
+    assert "cumsum" in text and "scan loop along axis 1" in text and "(reverse)" in text
+    assert "numpy" not in text.lower(), text
+
+
+# -- unfold (im2col) and fold (col2im) ------------------------------------------------------------------
+
+WINDOWS = [  # (N, C, H, W), kernel, stride, padding, dilation
+    ((2, 3, 7, 6), (3, 2), (1, 1), (0, 0), (1, 1)),
+    ((2, 3, 7, 6), (3, 3), (2, 1), (1, 2), (1, 1)),
+    ((1, 1, 5, 5), (2, 2), (1, 1), (1, 1), (2, 2)),
+    ((1, 2, 1, 1), (1, 1), (1, 1), (0, 0), (1, 1)),
+    ((2, 1, 4, 9), (3, 2), (3, 2), (2, 1), (2, 3)),
+    ((1, 1, 3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((0, 2, 4, 4), (2, 2), (1, 1), (0, 0), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding,dilation", WINDOWS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unfold_and_fold_match_numpy(shape, kernel, stride, padding, dilation, dtype):
+    geometry = dict(stride=stride, padding=padding, dilation=dilation)
+    x = data(shape, dtype)
+    for value in (0.0, -np.inf):
+        ref, got = both(lambda x: gr.nn.unfold(x, kernel, value=value, **geometry), x)
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+    cols = data(ref.shape, dtype, seed=1)
+    ref, got = both(lambda c: gr.nn.fold(c, shape[2:], kernel, **geometry), cols)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)  # the windows added in the reference's order
+
+    def loss(x):
+        return gr.sum(gr.nn.unfold(gr.tanh(x), kernel, **geometry) * cols)
+    ref, got = both(gr.grad(loss), x)
+    np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
+
+    def loss_fold(c):
+        return gr.sum(gr.tanh(gr.nn.fold(c * c, shape[2:], kernel, **geometry)) * x)
+    ref, got = both(gr.grad(loss_fold), cols)
+    np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_conv_and_pool_steps_leave_the_fallback():
+    x, w = data((2, 3, 8, 8), np.float32), data((4, 3, 3, 3), np.float32, seed=1)
+
+    def loss(x, w):
+        h = gr.nn.conv2d(x, w, stride=1, padding=1)
+        return gr.sum(gr.nn.max_pool2d(gr.relu(h), 2) * 0.5)
+    ref, got = both(gr.grad(loss, argnums=(0, 1)), x, w)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    text = listing(gr.grad(loss, argnums=(0, 1)), x, w)
+    assert "im2col gather loop" in text and "col2im scatter-add loop" in text
+    assert "numpy" not in text.lower(), text
