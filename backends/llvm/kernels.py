@@ -20,6 +20,7 @@ from gradir.passes.fusion import PLACEMENTS, REDUCTIONS, in_kernel_value
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
 
+UNROLLED_WINDOWS = 64  # window kernels with more offsets (i, j) than this loop over them instead
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
@@ -628,7 +629,9 @@ class WindowKernel(Emitter):
             self.loop_end(lp)
         loops = [self.loop_begin(s, f"w{d}") for d, s in enumerate(cols[:2])]
         self.nc = [lp.index for lp in loops]
-        for i in range(kh):
+        if kh * kw > UNROLLED_WINDOWS:  # (a pooling window as big as the image: unrolled, its code would be huge)
+            self.windows_looped((sh, sw), (ph, pw), (dh, dw))
+        for i in range(kh if kh * kw <= UNROLLED_WINDOWS else 0):
             y0, y1 = inside_range(i * dh - ph, sh, H, OH)
             for j in range(kw):
                 x0, x1 = inside_range(j * dw - pw, sw, W, OW)
@@ -659,6 +662,32 @@ class WindowKernel(Emitter):
         self.store_at(self.out, self.col_at(i, j, y, x), self.constant(self.n.attrs["value"], self.n.dtype), self.n.dtype)
         self.loop_end(lx)
         self.loop_end(ly)
+
+    def windows_looped(self, strides, padding, dilation) -> None:
+        """Every window (i, j) in a loop, each position tested against the image's bounds at run time."""
+        b, n = self.b, self.n
+        (H, W), c64 = self.image[2:], lambda v: ir.Constant(I64, v)
+        loops = [self.loop_begin(s, name) for s, name in zip(self.cols[2:], ("wi", "wj", "y", "x"))]
+        i, j, y, x = (lp.index for lp in loops)
+        row = b.sub(b.add(b.mul(y, c64(strides[0])), b.mul(i, c64(dilation[0]))), c64(padding[0]))
+        col = b.sub(b.add(b.mul(x, c64(strides[1])), b.mul(j, c64(dilation[1]))), c64(padding[1]))
+        inside = b.and_(b.icmp_unsigned("<", row, c64(H)), b.icmp_unsigned("<", col, c64(W)))  # (negative: huge)
+        at_col = self.linear(self.nc + [i, j, y, x], c_strides(self.cols, 1))
+        if n.op == "unfold":
+            self.store_at(self.out, at_col, self.constant(n.attrs["value"], n.dtype), n.dtype)
+        with b.if_then(inside):
+            pixel = self.nc + [row, col]
+            if n.op == "unfold":
+                v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
+                self.store_at(self.out, at_col, v, n.dtype)
+            else:
+                v = self.load_at(self.S.owner, self.linear(self.nc + [i, j, y, x], self.S.strides, self.S.offset),
+                                 self.src.dtype)
+                at = self.linear(pixel, c_strides(n.shape, 1))
+                old = self.load_at(self.out, at, n.dtype)
+                self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
 
     def window(self, i: int, j: int, ys, xs, strides, offsets) -> None:
         """The positions of window (i, j) inside the image: copied out (unfold) or added back (fold)."""
