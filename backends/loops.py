@@ -138,6 +138,26 @@ class LoopPlan:
                 pos = end + 1
         return out
 
+    def splittable(self, program: FusedProgram, k: Kernel) -> int | None:
+        """The outermost loop whose iterations threads may share without changing any result, or None.
+
+        Every element is then computed by the same code in the same order, whichever thread runs it: a row
+        kernel splits only an outer (row) loop, so each row's reductions stay whole; a reduction accumulating
+        into memory must have its output vary along every axis of the split loop (threads write disjoint
+        elements, each accumulated in its serial order); a reduction in registers outside a row kernel is
+        never split."""
+        if k.outer is None and any((n.op in REDUCTIONS or n.op in ARG_REDUCTIONS) and n not in k.accumulated
+                                   for n in k.nodes):
+            return None
+        r = len(k.domain)
+        outputs = [mapped(c_strides(n.shape, 1), k.maps[n], r) for n in k.nodes if n in k.accumulated]
+        for j, lp in enumerate(self.loops):
+            if k.outer is not None and not lp.outer:
+                return None
+            if all(v[d] for v in outputs for d in lp.axes):
+                return j
+        return None
+
     def moves(self, strides: list[int], outer: bool) -> bool:
         """Whether an access with these strides moves along the outer (True) or inner (False) loops."""
         return any(strides[d] for lp in self.loops if lp.outer == outer for d in lp.axes)

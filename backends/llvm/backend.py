@@ -11,6 +11,12 @@ missing from its table `RENDERS`, which fusion reads) split the program into seg
 reference runs them between driver calls, on the same buffers. The graph comes with its composites
 lowered to primitives (backends.compile_graph does that, once, for every backend).
 
+Threads: kernels with enough work (kernels.split_of: fused loops over their outermost independent loop, matrix
+products over their batch or C's rows) run on `threads` threads, gradir's own pool (pool.py), while OpenBLAS is
+held at one thread (jit.BLAS_SERIAL), so one pool serves both. Threads split only iterations that are computed
+the same way whoever runs them, so results are bit for bit the same at any thread count; `GRADIR_NUM_THREADS`
+sets the default (else the cores this process may use), and `.threads` may be changed between calls.
+
 The on-disk cache holds object code keyed by the LLVM IR text, gradir's and llvmlite's versions and
 the CPU's name and features. It lives in `$GRADIR_CACHE_DIR` (default `~/.cache/gradir/llvm`);
 `GRADIR_CACHE_DIR=off` disables it. Entries are written atomically; an entry that does not load
@@ -33,18 +39,20 @@ from gradir.backends.numpy_backend import run as run_reference
 from gradir.core.errors import ExecutionError
 from gradir.core.ir import Graph, Value
 from gradir.core.primitive import get_primitive
-from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
+from gradir.passes.fusion import MATMUL, NUMPY, FusedProgram, fuse, kernel_header
 from gradir.util.fileio import write_atomic
 from gradir.util.gcpause import gc_paused
 
 from . import jit
 from .codegen import ModuleBuilder
 from .emitter import RENDERS
+from .pool import POOL, pool_module
 
-_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+_DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_int64)
 ALIGN = 64
 OWN_OUTPUT_BYTES = 1 << 16  # outputs at least this big get their own allocation
-JIT_VERSION = "2"  # part of the disk cache key: bump when jit.py's pipeline or codegen's conventions change
+JIT_VERSION = "4"  # part of the disk cache key: bump when jit.py's pipeline or codegen's conventions change
 CACHE_MAGIC = b"gradir llvm object v1\n"
 
 
@@ -113,14 +121,16 @@ class LLVMCompiled:
 
     backend = "llvm"
 
-    def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
+    def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False,
+                 threads: int | None = None):
         self.graph = graph  # of primitives only (backends.compile_graph lowered the composites)
         self.program = fuse(graph, order, renders=RENDERS)
         p = self.program
         self.consts = [v for v in dict.fromkeys([a.owner for a in p.access.values()]) if v.op == "const"]
         steps = _segments(p)
         compiled = [s for s in steps if isinstance(s, list)]
-        mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts)
+        mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts,
+                           parallel=pool_module() is not None)
         self.module_ir = str(mb.build([k for s in compiled for k in s]))
         self._table = mb.table
         # a compiled segment runs as (its kernels, its table, the table's address); a NumPy fallback kernel
@@ -150,6 +160,10 @@ class LLVMCompiled:
         self._slots[self.arena_slot] = self.arena.ctypes.data
         self._slots_ptr = self._slots.ctypes.data
         self._lock = threading.Lock()
+        self.threads = jit.default_threads() if threads is None else max(1, int(threads))
+        """Threads the big kernels share (GRADIR_NUM_THREADS, default the cores this process may use); may be
+        changed between calls. Results do not depend on it: threads split only independent iterations."""
+        self._blas = any(k.kind == MATMUL for k in p.kernels)  # (BLAS is held at one thread while it runs)
         self._ready_plan = None  # run_with_ready's steps, cut at the kernels that finish outputs (made on first use)
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
         self._last_inputs = [None] * len(graph.inputs)
@@ -272,10 +286,26 @@ class LLVMCompiled:
         slots[self._out_slots] = self._out_offsets + address
         for j in self._own_outputs:
             slots[self._out_slots[j]] = outs[j].ctypes.data
-        for i, step in enumerate(self.steps if steps is None else steps):
+        if self.threads > 1:
+            POOL.ensure(self.threads - 1)
+        if self._blas:
+            jit.BLAS_SERIAL.enter()
+        try:
+            self._steps(self.steps if steps is None else steps, ins, outs, ready_after, on_ready)
+        finally:
+            if self._blas:
+                jit.BLAS_SERIAL.leave()
+        for pos, i in self.program.passthrough:
+            outs[pos] = ins[i]
+        for pos, earlier in self.program.output_copies:
+            outs[pos] = outs[earlier].copy()
+        return outs
+
+    def _steps(self, steps, ins, outs, ready_after, on_ready) -> None:
+        for i, step in enumerate(steps):
             if isinstance(step, tuple):
                 kernels, _, table = step
-                status = self._driver(self._slots_ptr, table, len(kernels), self._failed_ptr)
+                status = self._driver(self._slots_ptr, table, len(kernels), self._failed_ptr, self.threads)
                 if status:
                     self._fail(kernels[int(self._failed[0])].nodes[status - 1], ins)
             else:
@@ -283,11 +313,6 @@ class LLVMCompiled:
             if ready_after and i in ready_after:
                 for pos in ready_after[i]:
                     on_ready(pos, outs[pos])
-        for pos, i in self.program.passthrough:
-            outs[pos] = ins[i]
-        for pos, earlier in self.program.output_copies:
-            outs[pos] = outs[earlier].copy()
-        return outs
 
     def profile(self, *args, repeats: int = 20) -> list[tuple[str, float]]:
         """(kernel header, median seconds) for each kernel, run one at a time on `args` (a flat list)."""
@@ -302,12 +327,18 @@ class LLVMCompiled:
                 run = lambda k=k: self._run_numpy(k, self._last_inputs, outs)
             else:  # the driver, on a table of this one kernel
                 table = self._table([k])
-                run = lambda t=table.ctypes.data: self._driver(self._slots_ptr, t, 1, self._failed_ptr)
+                run = lambda t=table.ctypes.data: self._driver(self._slots_ptr, t, 1, self._failed_ptr, self.threads)
             samples = []
+            if self.threads > 1:
+                POOL.ensure(self.threads - 1)
+            if self._blas:
+                jit.BLAS_SERIAL.enter()
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 run()
                 samples.append(time.perf_counter() - t0)
+            if self._blas:
+                jit.BLAS_SERIAL.leave()
             times.append((kernel_header(k, self.program), float(np.median(samples))))
         return times
 
@@ -345,9 +376,11 @@ class LLVMCompiled:
 
 
 @gc_paused  # fusion and code generation build ~10 objects per node that live as long as the program
-def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None) -> LLVMCompiled:
-    """Compile `graph` to native code through LLVM; its nodes run in `order` (a schedule) as fused kernels."""
-    return LLVMCompiled(graph, order=order, check=check)
+def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None = None,
+                  threads: int | None = None) -> LLVMCompiled:
+    """Compile `graph` to native code through LLVM; its nodes run in `order` (a schedule) as fused kernels, the
+    big ones shared by `threads` threads (default: GRADIR_NUM_THREADS, else the cores this process may use)."""
+    return LLVMCompiled(graph, order=order, check=check, threads=threads)
 
 
 __all__ = ["LLVMCompiled", "cache_dir", "compile_graph", "load_module"]

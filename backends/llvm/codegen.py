@@ -25,14 +25,19 @@ from gradir.passes.fusion import LOOP, MATMUL, NUMPY, SCAN, SCATTER, WINDOW, Fus
 from ..loops import lowering
 from ..sharing import kernel_params, share
 from .emitter import I8, I32, I64, PTR
-from .kernels import LoopKernel, MatmulKernel, ScanKernel, ScatterKernel, WindowKernel
+from .index_kernels import ScanKernel, ScatterKernel, WindowKernel
+from .kernels import LoopKernel, MatmulKernel, split_of
+
+PIECES_PER_THREAD = 4  # a split kernel's iterations are cut into about this many pieces per thread
 
 
 class ModuleBuilder:
     """Builds the LLVM module of a fused program (see the module docstring)."""
 
-    def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value]):
+    def __init__(self, program: FusedProgram, output_values: list[Value], const_values: list[Value],
+                 parallel: bool = False):
         self.program = program
+        self.parallel = parallel  # whether kernels big enough may run on a team of threads (pool.py's)
         self.module = ir.Module(name=program.graph.name)
         g = program.graph
         # slots: inputs, outputs, array constants, arena
@@ -71,19 +76,92 @@ class ModuleBuilder:
         params = self.params.get(k.index)
         return kernel_params(k, self.program) if params is None else params
 
-    def kernel_function(self, k: Kernel, name: str | None = None) -> ir.Function:
-        """Emit kernel k as function `name` (default k.name), its buffers as noalias pointer parameters."""
-        params = self.kernel_params(k)
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(params)), name=name or k.name)
+    def _function(self, name: str, params: int, extra: int) -> ir.Function:
+        """An internal, never-inlined function of `params` noalias buffers and `extra` i64s, returning a status."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * params + [I64] * extra), name=name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # compiled once, called from every place of the driver's table it runs
-        for a in fn.args:
+        for a in fn.args[:params]:
             a.add_attribute("noalias")
+        return fn
+
+    def kernel_function(self, k: Kernel, name: str | None = None) -> ir.Function:
+        """Emit kernel k as function `name` (default k.name): its buffers as noalias pointer parameters, then
+        the number of threads it may use. A kernel that threads share (kernels.split_of) is three functions:
+        `name.body` runs the iterations [lo, hi) of its split loop; `name.part` is one thread's share of it
+        (it takes pieces of the range from a shared counter); `name` runs what comes once (memory accumulators' start),
+        then the body whole on one thread or `name.part` on a team (pool.py's gradir_parallel)."""
+        params = self.kernel_params(k)
+        name = name or k.name
+        fn = self._function(name, len(params), 1)
         emit = {LOOP: LoopKernel, MATMUL: MatmulKernel, SCATTER: ScatterKernel, SCAN: ScanKernel, WINDOW: WindowKernel}[k.kind]
-        emitter = emit(self, k, fn, dict(zip(params, fn.args)))
+        split = split_of(self.program, k) if self.parallel else None
+        if split is None:
+            emitter = emit(self, k, fn, dict(zip(params, fn.args)))
+            with lowering("LLVM", k, emitter.at):
+                emitter.emit()
+            return fn
+        body = self._function(f"{name}.body", len(params), 2)
+        emitter = emit(self, k, body, dict(zip(params, body.args)))
+        emitter.part = tuple(body.args[-2:])
+        once = emit(self, k, fn, dict(zip(params, fn.args)))
         with lowering("LLVM", k, emitter.at):
             emitter.emit()
+            if isinstance(once, LoopKernel):
+                once.prologue()
+        self._parallel_call(once.b, fn, body, split, len(params))
         return fn
+
+    def _parallel_call(self, b: ir.IRBuilder, fn: ir.Function, body: ir.Function, split, nparams: int) -> None:
+        """Finish `fn` (its builder `b` after the prologue): with more than one thread, the buffers go in a
+        context that gradir_parallel (pool.py) hands each thread's `part`; else the body runs whole here."""
+        ctx_ty = ir.LiteralStructType([ir.ArrayType(PTR, nparams), I32, I64, I64])  # buffers, status, next piece,
+        # threads
+        part = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{body.name[:-5]}.part")
+        part.linkage = "internal"
+        threads = fn.args[-1]
+        team, alone = fn.append_basic_block("team"), fn.append_basic_block("alone")
+        b.cbranch(b.icmp_signed(">", threads, ir.Constant(I64, 1)), team, alone)
+        b.position_at_end(alone)
+        b.ret(b.call(body, list(fn.args[:nparams]) + [ir.Constant(I64, 0), ir.Constant(I64, split.size)]))
+        b.position_at_end(team)
+        ctx = b.alloca(ctx_ty)  # (a typed pointer: its fields' addresses are typed too, as stores want)
+        field = lambda *i: b.gep(ctx, [ir.Constant(I32, 0)] + [ir.Constant(I32, j) for j in i])
+        for j, a in enumerate(fn.args[:nparams]):
+            b.store(a, field(0, j))
+        b.store(ir.Constant(I32, 0), field(1))
+        b.store(ir.Constant(I64, 0), field(2))
+        b.store(threads, field(3))
+        parallel = self.module.globals.get("gradir_parallel") or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [part.type, PTR, I64]), name="gradir_parallel")
+        b.call(parallel, [part, ctx, threads])
+        b.ret(b.load(field(1), typ=I32))
+        # a thread's share: it takes pieces of whole grains from a shared counter until none are left, so a
+        # thread the OS delays (another process on its core) leaves its pieces to the others; each element is
+        # still computed by the same code in the same order, whichever thread runs it
+        b = ir.IRBuilder(part.append_basic_block("entry"))
+        ctx = part.args[0]
+        field = lambda *i: b.gep(ctx, [ir.Constant(I32, 0)] + [ir.Constant(I32, j) for j in i], source_etype=ctx_ty)
+        c64 = lambda v: ir.Constant(I64, v)
+        umin = lambda x, y: b.select(b.icmp_unsigned("<", x, y), x, y)
+        units = c64(max(1, split.size // split.grain))  # (the last piece takes the remainder: no piece is short)
+        team_size = b.load(field(3), typ=I64)
+        per = b.udiv(units, b.mul(team_size, c64(PIECES_PER_THREAD)))
+        per = b.select(b.icmp_unsigned("<", per, c64(1)), c64(1), per)
+        buffers = [b.load(field(0, j), typ=PTR) for j in range(nparams)]
+        take, run, done = (part.append_basic_block(x) for x in ("take", "run", "done"))
+        b.branch(take)
+        b.position_at_end(take)
+        first = b.mul(b.atomic_rmw("add", field(2), c64(1), "monotonic"), per)
+        b.cbranch(b.icmp_unsigned("<", first, units), run, done)
+        b.position_at_end(run)
+        lo = umin(b.mul(first, c64(split.grain)), c64(split.size))
+        end = b.add(first, per)
+        hi = b.select(b.icmp_unsigned("<", end, units), b.mul(end, c64(split.grain)), c64(split.size))
+        b.atomic_rmw("umax", field(1), b.call(body, buffers + [lo, hi]), "monotonic")
+        b.branch(take)
+        b.position_at_end(done)
+        b.ret_void()
 
     def table(self, kernels: list[Kernel]) -> np.ndarray:
         """The driver's program for running `kernels` in order: per kernel, its function number, then
@@ -107,11 +185,12 @@ class ModuleBuilder:
         self._blas = {}
 
     def driver(self) -> None:
-        """`i32 gradir_run(i8** slots, i64* table, i64 steps, i64* failed)`: for each of `steps` table
-        entries, call its function with pointers slots[slot] + offset; on a nonzero status, store the
-        step in *failed and return the status (the failing node's position in its kernel, + 1)."""
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR, I64, PTR]), name="gradir_run")
-        slots, table, steps, failed = fn.args
+        """`i32 gradir_run(i8** slots, i64* table, i64 steps, i64* failed, i64 threads)`: for each of `steps`
+        table entries, call its function with pointers slots[slot] + offset and the number of threads; on a
+        nonzero status, store the step in *failed and return the status (the failing node's position in its
+        kernel, + 1)."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR, I64, PTR, I64]), name="gradir_run")
+        slots, table, steps, failed, threads = fn.args
         entry, loop = fn.append_basic_block("entry"), fn.append_basic_block("step")
         after, done = fn.append_basic_block("called"), fn.append_basic_block("done")
         stop, more = fn.append_basic_block("failed"), fn.append_basic_block("next")
@@ -133,7 +212,8 @@ class ModuleBuilder:
             for j in range(len(self.kernel_params(k))):
                 base = b.load(b.gep(slots, [word(1 + 2 * j)], source_etype=PTR), typ=PTR)
                 args.append(b.gep(base, [word(2 + 2 * j)], source_etype=I8))
-            incoming.append((b.call(self.module.get_global(k.name), args), ir.Constant(I64, 1 + 2 * len(args)), case))
+            incoming.append((b.call(self.module.get_global(k.name), args + [threads]), ir.Constant(I64, 1 + 2 * len(args)),
+                             case))
             b.branch(after)
         b.position_at_end(bad)
         b.unreachable()

@@ -47,6 +47,7 @@ class Emitter:
         self.err = self.b.alloca(I32, name="err")
         self.b.store(ir.Constant(I32, 0), self.err)
         self.at: list[Value] = []  # the node being emitted (named by a LoweringError)
+        self.part: tuple[ir.Value, ir.Value] | None = None  # a thread's [lo, hi) of the split loop (kernels.py)
 
     # -- memory
     def element_ptr(self, owner: Value, index: ir.Value):
@@ -133,11 +134,24 @@ class Emitter:
             phi.add_incoming(ir.Constant(I64, 0), pre)
         return Loop(phi, header, after, n)
 
+    def loop_range(self, lo: ir.Value, hi: ir.Value, name: str = "i"):
+        """`for i in range(lo, hi)` with bounds known at run time (a thread's part of a split loop)."""
+        b = self.b
+        pre = b.block
+        header = self.fn.append_basic_block(f"{name}.body")
+        after = self.fn.append_basic_block(f"{name}.end")
+        b.cbranch(b.icmp_unsigned("<", lo, hi), header, after)
+        b.position_at_end(header)
+        phi = b.phi(I64, name=name)
+        phi.add_incoming(lo, pre)
+        return Loop(phi, header, after, hi)
+
     def loop_end(self, loop: Loop) -> None:
         b = self.b
         nxt = b.add(loop.index, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         loop.index.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_unsigned("<", nxt, ir.Constant(I64, max(loop.n, 1))), loop.header, loop.after)
+        end = ir.Constant(I64, max(loop.n, 1)) if isinstance(loop.n, int) else loop.n
+        b.cbranch(b.icmp_unsigned("<", nxt, end), loop.header, loop.after)
         b.position_at_end(loop.after)
 
     # -- elementwise ops

@@ -4,16 +4,25 @@ Everything the LLVM backend executes goes through `JitModule`: IR text in, optim
 vectorization on) machine code for the host CPU out, function addresses back. The optimized module can be
 emitted as object code and loaded again later (`JitModule.from_object`), which is what an on-disk cache
 keyed by `cpu_key()` stores. `blas_address` finds SciPy's BLAS routines so jitted code can call them.
+
+Threads: split kernels run on pool.py's workers and partition the matrix products, calling BLAS once per
+thread, so while gradir runs, SciPy's OpenBLAS must not start threads of its own (two pools on the same cores
+fight): `BLAS_SERIAL` holds it at one thread for as long as any compiled program is running.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
+import os
+import threading
 
 import llvmlite.binding as llvm
+import threadpoolctl
 
-__all__ = ["JitModule", "add_symbol", "blas_address", "cpu_key", "optimize", "target_machine"]
+__all__ = ["BLAS_SERIAL", "JitModule", "add_symbol", "blas_address", "cpu_key", "default_threads", "optimize",
+           "target_machine"]
 
 
 def _new_target_machine() -> llvm.TargetMachine:
@@ -87,6 +96,67 @@ def blas_address(name: str) -> int:
 
     capsule = cython_blas.__pyx_capi__[name]
     return _PyCapsule_GetPointer(capsule, _PyCapsule_GetName(capsule))
+
+
+def default_threads() -> int:
+    """The threads a compiled program runs on: `GRADIR_NUM_THREADS`, else the cores this process may use."""
+    env = os.environ.get("GRADIR_NUM_THREADS", "").strip()
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class BlasSerial:
+    """Holds the OpenBLAS libraries loaded here (SciPy's, which `blas_address` calls, and NumPy's) at one thread
+    while compiled programs run: `enter()` before a run, `leave()` after; the first to enter saves their thread
+    counts, the last to leave restores them."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._saved: list[int] = []
+        self._functions = None  # per library, its (get, set) functions
+
+    @staticmethod
+    def _find() -> list:
+        blas_address("dgemm")  # (loads SciPy's BLAS, so that threadpoolctl sees it)
+        found = []
+        for lib in threadpoolctl.ThreadpoolController().lib_controllers:
+            if lib.internal_api != "openblas":
+                continue
+            for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
+                get = getattr(lib.dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                put = getattr(lib.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
+                    found.append((get, put))
+                    break
+        return found
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._functions is None:
+                self._functions = self._find()
+            if self._inside == 0:
+                self._saved = [get() for get, _ in self._functions]
+                for (_, put), n in zip(self._functions, self._saved):
+                    if n != 1:
+                        put(1)
+            self._inside += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                for (_, put), n in zip(self._functions, self._saved):
+                    if n != 1:
+                        put(n)
+
+
+BLAS_SERIAL = BlasSerial()
 
 
 class JitModule:

@@ -1,12 +1,14 @@
 """The kernel emitters: each fused kernel of the program as one LLVM function body. `LoopKernel` emits a
 fused loop nest (outer loops over the row axes, a loop nest per pass over the inner axes: elementwise chains,
 reductions, gathers and placements), `MatmulKernel` a matmul (a BLAS call, or a loop for small products) with
-its bias epilogue, `ScatterKernel` index_add. codegen.py's ModuleBuilder creates the functions and calls them.
+its bias epilogue; `split_of` says how threads share either. The kernels that index (index_add, cumsum,
+unfold/fold) are in index_kernels.py. codegen.py's ModuleBuilder creates the functions and calls them.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -15,12 +17,21 @@ from gradir.core import dtypes
 from gradir.core.dtypes import is_float
 from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import PLACEMENTS, REDUCTIONS, in_kernel_value
+from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, in_kernel_value
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
 
-UNROLLED_WINDOWS = 64  # window kernels with more offsets (i, j) than this loop over them instead
+PARALLEL_LOOP_WORK = 1 << 16    # loop kernels below this many element-ops (elements x nodes) run on one thread
+PARALLEL_MATMUL_WORK = 1 << 18  # products below this many multiply-adds run on one thread
+LOOP_GRAIN = 256                # a split innermost loop is cut at multiples of this many iterations, so each
+# thread's vector body and scalar tail cover the same elements as one thread's would (same arithmetic)
+GEMM_GRAIN = 32                 # rows of a split product: whole micro-kernel tiles per thread
+GEMM_PIECE = 1 << 22            # and at least this many multiply-adds: OpenBLAS computes smaller products with
+# other kernels (its "small matrix" path), whose sums round differently; measured: pieces of 1.3M multiply-adds
+# of a 2M product differ in the last bit, pieces of 4M and more of bigger products are exact. Splitting C's
+# columns (OpenBLAS's rows) changed dgemm's results at any piece size, so only rows and batches are split. (Measured
+# on one CPU: which kernel OpenBLAS picks depends on it, so tests compare split products within rounding.)
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
@@ -35,6 +46,49 @@ def reduction_identity(op: str, dt):
         return op in ("min", "argmin")
     info = np.iinfo(dt)
     return info.min if op in ("max", "argmax") else info.max
+
+
+class Split(NamedTuple):
+    """How threads share a kernel: `where` (a loop kernel: the loop's position in its plan; a matmul: "batch"
+    or "m", C's rows) has `size` iterations, cut into whole pieces of `grain` (codegen.py gives each thread a range)."""
+
+    where: int | str
+    size: int
+    grain: int
+
+
+def split_of(program, k) -> Split | None:
+    """How kernel k is shared between threads, or None when it is too small or must run whole on one."""
+    if k.kind == LOOP:
+        work = math.prod(k.domain) * max(1, len(k.nodes))
+        if work < PARALLEL_LOOP_WORK:
+            return None
+        plan = LoopPlan.nest(program, k)
+        j = plan.splittable(program, k)
+        if j is None or plan.loops[j].size < 2:
+            return None
+        grain = LOOP_GRAIN if j == len(plan.loops) - 1 else 1
+        if plan.loops[j].size < 2 * grain:
+            return None
+        return Split(j, plan.loops[j].size, grain)
+    if k.kind == MATMUL:
+        n = k.nodes[0]
+        if min(x.ndim for x in n.inputs) < 2 or BLAS_GEMM.get(n.dtype) is None:
+            return None
+        _, ash, ast, _, bsh, bst = gemm_operands(program, k)
+        (M, K), N = ash[-2:], bsh[-1]
+        batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
+        out = next((v for v in (k.epilogue, k.transposed) if v is not None), n)
+        if M * N * K * math.prod(batch) < PARALLEL_MATMUL_WORK or batch and out.ndim != len(batch) + 2:
+            return None
+        if batch and batch[0] >= 2:
+            return Split("batch", batch[0], 1)
+        if not (blas_layout(M, K, *ast[-2:]) and blas_layout(K, N, *bst[-2:])) or M * N * K < SMALL_MATMUL:
+            return None
+        # C's rows (the columns of OpenBLAS's column-major C^T): each piece at least GEMM_PIECE multiply-adds
+        grain = -(-max(GEMM_GRAIN, -(-GEMM_PIECE // max(N * K, 1))) // GEMM_GRAIN) * GEMM_GRAIN
+        return Split("m", M, grain) if M >= 2 * grain else None
+    return None
 
 
 class LoopKernel(Emitter):
@@ -53,9 +107,9 @@ class LoopKernel(Emitter):
         self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
                           and n not in k.accumulated}
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
-        for n in k.nodes:  # memory accumulators start at the reduction's identity (in node order: a set's
-            if n in k.accumulated:  # order would change the IR text, and so the disk cache's key, run to run)
-                self.fill(n, reduction_identity(n.op, n.dtype))
+        self.split = split_of(self.program, k).where if self.part is not None else None
+        if self.part is None:  # (a split kernel's caller fills them once, before the threads start)
+            self.prologue()
         loops = self.open_loops(outer=True)
         self.rows: dict[Value, ir.Value] = {}
         self.emit_rows(0)
@@ -65,12 +119,19 @@ class LoopKernel(Emitter):
         self.close_loops(loops)
         self.finish()
 
+    def prologue(self) -> None:
+        """What runs once before the loops: memory accumulators start at the reduction's identity."""
+        for n in self.k.nodes:  # (in node order: a set's order would change the IR text, and so the
+            if n in self.k.accumulated:  # disk cache's key, run to run)
+                self.fill(n, reduction_identity(n.op, n.dtype))
+
     def open_loops(self, outer: bool) -> list[Loop]:
-        """Open the plan's outer (row) or inner loops, outermost first."""
+        """Open the plan's outer (row) or inner loops, outermost first (the split one over this thread's part)."""
         opened = []
         for j, lp in enumerate(self.plan.loops):
             if lp.outer == outer:
-                opened.append((j, self.loop_begin(lp.size, f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}")))
+                name = f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}"
+                opened.append((j, self.loop_range(*self.part, name) if j == self.split else self.loop_begin(lp.size, name)))
                 self.counters[j] = opened[-1][1].index
         return opened
 
@@ -381,19 +442,26 @@ class LoopKernel(Emitter):
 
 # -- matmul --------------------------------------------------------------------------------------------
 
+def gemm_operands(program, k):
+    """(A's access, shape, strides, then B's) of matmul kernel k as the product C = A @ B it computes: 1-d
+    operands as matrices; for a kernel writing the transposed product, B^T and A^T swapped in."""
+    a, bv = k.nodes[0].inputs
+    A, B = program.access[a], program.access[bv]
+    ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
+    bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
+    if k.transposed is not None:  # write (A @ B)^T = B^T @ A^T: the operands swap and transpose
+        swap = lambda xs: tuple(xs[:-2]) + (xs[-1], xs[-2])
+        (A, ash, ast), (B, bsh, bst) = (B, swap(bsh), swap(bst)), (A, swap(ash), swap(ast))
+    return A, ash, ast, B, bsh, bst
+
+
 class MatmulKernel(Emitter):
     """C = A @ B with NumPy's matmul shapes, per batch element: BLAS gemm when the operands are strided
     matrices (their transposes become its flags) with at least SMALL_MATMUL multiply-adds, else a loop."""
 
     def emit(self):
         n = self.k.nodes[0]
-        a, bv = n.inputs
-        A, B = self.program.access[a], self.program.access[bv]
-        ash, ast = (a.shape, A.strides) if a.ndim >= 2 else ((1,) + a.shape, (0,) + A.strides)
-        bsh, bst = (bv.shape, B.strides) if bv.ndim >= 2 else (bv.shape + (1,), B.strides + (0,))
-        if self.k.transposed is not None:  # write (A @ B)^T = B^T @ A^T: the operands swap and transpose
-            swap = lambda xs: tuple(xs[:-2]) + (xs[-1], xs[-2])
-            (A, ash, ast), (B, bsh, bst) = (B, swap(bsh), swap(bst)), (A, swap(ash), swap(ast))
+        A, ash, ast, B, bsh, bst = gemm_operands(self.program, self.k)
         M, K = ash[-2:]
         N = bsh[-1]
         batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
@@ -410,15 +478,26 @@ class MatmulKernel(Emitter):
         out = next((v for v in (self.k.epilogue, self.k.transposed) if v is not None), n)
         self.A, self.B, self.C = A, B, self.program.access[out]
         self.n = n
+        # a thread's part: one range of the first batch axis or of C's rows (split_of)
+        self.split = split_of(self.program, self.k).where if self.part is not None else None
+        ranged = {"batch": 0, "m": nb}.get(self.split)
         if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
-            self.fill_bias(out, self.k.bias)
-        loops = [self.loop_begin(s, f"b{d}") for d, s in enumerate(batch)]
+            self.fill_bias(out, self.k.bias, ranged)
+        loops = [self.loop_range(*self.part, f"b{d}") if ranged == d else self.loop_begin(s, f"b{d}")
+                 for d, s in enumerate(batch)]
         idx = [lp.index for lp in loops]
         offs = [self.linear(idx, s, acc.offset) for s, acc in
                 ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
         blas = BLAS_GEMM.get(n.dtype)
         la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
-        if M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
+        if self.split == "m":  # this thread's rows of A and C
+            lo, hi = self.part
+            b = self.b
+            a_off, b_off, c_off = offs
+            offs = [b.add(a_off, b.mul(lo, ir.Constant(I64, self.a_mat[0]))), b_off,
+                    b.add(c_off, b.mul(lo, ir.Constant(I64, N)))]
+            self.call_gemm(blas, la, lb, *offs, rows=b.trunc(b.sub(hi, lo), I32))
+        elif M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
             self.call_gemm(blas, la, lb, *offs)
         else:
             self.loop_matmul(*offs)
@@ -426,9 +505,22 @@ class MatmulKernel(Emitter):
             self.loop_end(lp)
         self.finish()
 
-    def fill_bias(self, out: Value, bias: Value) -> None:
-        loops = [self.loop_begin(s, f"c{d}") for d, s in enumerate(out.shape)]
-        c = [lp.index for lp in loops]
+    def fill_bias(self, out: Value, bias: Value, ranged: int | None = None) -> None:
+        """C = the bias, over this thread's range of out's axis `ranged` (None: all of it); where out has more
+        axes than the product (a batch folded into its rows), the range is over out's leading axes together."""
+        if self.split == "m" and out.ndim != ranged + 2:  # (split_of: only rows without a batch come here)
+            b, lead = self.b, out.shape[:-1]
+            loops = [self.loop_range(*self.part, "rows"), self.loop_begin(out.shape[-1], "cols")]
+            r = loops[0].index
+            c = []
+            for d in range(len(lead)):
+                v = b.udiv(r, ir.Constant(I64, math.prod(lead[d + 1:])))
+                c.append(b.urem(v, ir.Constant(I64, lead[d])) if d else v)
+            c.append(loops[1].index)
+        else:
+            loops = [self.loop_range(*self.part, f"c{d}") if d == ranged else self.loop_begin(s, f"c{d}")
+                     for d, s in enumerate(out.shape)]
+            c = [lp.index for lp in loops]
         if bias in self.program.immediates or bias.op == "const" and not bias.ndim:
             value = self.constant(self.program.immediates.get(bias, bias).attrs["value"].item(), bias.dtype)
         else:
@@ -438,8 +530,9 @@ class MatmulKernel(Emitter):
         for lp in reversed(loops):
             self.loop_end(lp)
 
-    def call_gemm(self, gemm, la, lb, a_off, b_off, c_off):
-        """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A)."""
+    def call_gemm(self, gemm, la, lb, a_off, b_off, c_off, rows=None):
+        """Row-major C = A @ B is column-major C^T = B^T @ A^T: gemm(opB, opA, N, M, K, B, A). `rows`: this
+        thread's number of rows of A and C (a run-time value), at the offsets given."""
         b = self.b
         M, N, K = self.dims
         dt = self.n.dtype
@@ -447,12 +540,13 @@ class MatmulKernel(Emitter):
 
         def cell(ty_, value):
             p = b.alloca(ty_)
-            b.store(ir.Constant(ty_, value), p)
+            b.store(value if isinstance(value, ir.Value) else ir.Constant(ty_, value), p)
             return p
         opa, lda = la
         opb, ldb = lb
         beta = 0.0 if self.k.epilogue is None else 1.0
-        args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M), cell(I32, K), cell(ty, 1.0),
+        args = [cell(I8, ord(opb)), cell(I8, ord(opa)), cell(I32, N), cell(I32, M if rows is None else rows),
+                cell(I32, K), cell(ty, 1.0),
                 self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
                 cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
         b.call(self.mb.blas(gemm), args)
@@ -504,217 +598,3 @@ def blas_layout(rows: int, cols: int, s_row: int, s_col: int):
     if s_row == 1 and s_col >= max(rows, 1):
         return "T", s_col
     return None
-
-
-# -- scatter-add ----------------------------------------------------------------------------------------
-
-class ScatterKernel(Emitter):
-    """index_add: zeros, then out[..., idx[j] mod size, ...] += g[..., j, ...] over g's elements in order.
-    index_update: a copy of x, then out[..., idx[j], ...] = v[..., j, ...] in order (the last write wins)."""
-
-    def emit(self):
-        b = self.b
-        n = self.k.nodes[0]
-        out = self.program.access[n].owner
-        if n.op == "index_update":
-            x, idx, g = n.inputs
-            axis = n.attrs["axis"]
-            size = x.shape[axis]
-            X = self.program.access[x]
-            loops = [self.loop_begin(s, f"x{d}") for d, s in enumerate(n.shape)]
-            c = [lp.index for lp in loops]
-            at = self.linear(c, c_strides(n.shape, 1))
-            self.store_at(out, at, self.load_at(X.owner, self.linear(c, X.strides, X.offset), x.dtype), n.dtype)
-            for lp in reversed(loops):
-                self.loop_end(lp)
-        else:
-            g, idx = n.inputs
-            axis, size = n.attrs["axis"], n.attrs["size"]
-            lp = self.loop_begin(max(n.size, 1), "zero")
-            self.store_at(out, lp.index, self.constant(0, n.dtype), n.dtype)
-            self.loop_end(lp)
-        G, I = self.program.access[g], self.program.access[idx]
-        loops = [self.loop_begin(s, f"g{d}") for d, s in enumerate(g.shape)]
-        c = [lp.index for lp in loops]
-
-        lin = self.linear
-        j = self.load_at(I.owner, lin(c[axis:axis + idx.ndim], I.strides, I.offset), idx.dtype)
-        j = b.sext(j, I64) if j.type.width < 64 else j
-        sz = ir.Constant(I64, size)
-        if n.op == "index_update":  # NumPy's indexing: negative counts from the end, out of range is an error
-            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
-            bad = b.or_(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.icmp_signed(">=", j, sz))
-            self.flag_error(bad, n)
-            j = b.select(bad, ir.Constant(I64, 0), j)
-        else:  # the adjoint of take: positions modulo the size
-            j = b.srem(j, sz)
-            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
-        oc = c[:axis] + [j] + c[axis + idx.ndim:]
-        at = lin(oc, c_strides(n.shape, 1))
-        x = self.load_at(G.owner, lin(c, G.strides, G.offset), g.dtype)
-        if n.op == "index_add":
-            old = self.load_at(out, at, n.dtype)
-            x = self.round_low_precision(b.fadd(old, x) if is_float(n.dtype) else b.add(old, x), n.dtype)
-        self.store_at(out, at, x, n.dtype)
-        for lp in reversed(loops):
-            self.loop_end(lp)
-        self.finish()
-
-
-# -- cumsum -----------------------------------------------------------------------------------------------
-
-class ScanKernel(Emitter):
-    """cumsum along one axis: for each position of the outer axes, a sequential loop along the scanned axis
-    (from its far end when `reverse`), each step adding a row of the inner axes (a vectorizable loop) to the
-    previous row of the output, in NumPy's order (no reassociation), so results match np.cumsum."""
-
-    def emit(self):
-        b = self.b
-        n = self.k.nodes[0]
-        (x,) = n.inputs
-        axis, reverse = n.attrs["axis"], n.attrs["reverse"]
-        out, X = self.program.access[n].owner, self.program.access[x]
-        length = n.shape[axis]
-        ostr = c_strides(n.shape, 1)
-        outer = [self.loop_begin(s, f"o{d}") for d, s in enumerate(n.shape[:axis])]
-        oc = [lp.index for lp in outer]
-        for first in (True, False):  # the first row is a copy; each later one adds the row before
-            steps = 1 if first else length - 1
-            lt = self.loop_begin(steps if length else 0, "first" if first else "t")
-            t = lt.index if first else b.add(lt.index, ir.Constant(I64, 1), flags=["nuw", "nsw"])
-            pos = b.sub(ir.Constant(I64, length - 1), t) if reverse else t
-            inner = [self.loop_begin(s, f"i{d}") for d, s in enumerate(n.shape[axis + 1:], axis + 1)]
-            c = oc + [pos] + [lp.index for lp in inner]
-            v = self.load_at(X.owner, self.linear(c, X.strides, X.offset), x.dtype)
-            if x.dtype != n.dtype:  # bool / int32 sums run in int64, as NumPy
-                v = self.convert(v, x.dtype, n.dtype)
-            at = self.linear(c, ostr)
-            if not first:
-                prev = b.add(at, ir.Constant(I64, ostr[axis] if reverse else -ostr[axis]))
-                old = self.load_at(out, prev, n.dtype)
-                v = self.round_low_precision(b.fadd(old, v) if is_float(n.dtype) else b.add(old, v), n.dtype)
-            self.store_at(out, at, v, n.dtype)
-            for lp in reversed(inner):
-                self.loop_end(lp)
-            self.loop_end(lt)
-        for lp in reversed(outer):
-            self.loop_end(lp)
-        self.finish()
-
-
-# -- unfold (im2col) and fold (col2im) --------------------------------------------------------------------
-
-class WindowKernel(Emitter):
-    """unfold: out[n, c, i, j, y, x] = x[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw], or `value` in the padding.
-    fold: zeros, then out[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw] += cols[n, c, i, j, y, x] over (i, j)
-    in order, as the NumPy reference adds its windows (positions in the padding are dropped). The window
-    offsets (i, j) are unrolled, so the rows and columns inside the image are constant ranges: the loops over
-    them are branch-free (contiguous when the stride is 1), the padding a fill loop."""
-
-    def emit(self):
-        n = self.k.nodes[0]
-        (src,) = n.inputs
-        a = n.attrs
-        self.n, self.src = n, src
-        self.out, self.S = self.program.access[n].owner, self.program.access[src]
-        image = src.shape if n.op == "unfold" else n.shape  # (N, C, H, W)
-        cols = n.shape if n.op == "unfold" else src.shape   # (N, C, kh, kw, OH, OW)
-        self.image, self.cols = image, cols
-        kh, kw, OH, OW = cols[2:]
-        H, W = image[2:]
-        (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-        if n.op == "fold":
-            lp = self.loop_begin(n.size, "zero")
-            self.store_at(self.out, lp.index, self.constant(0, n.dtype), n.dtype)
-            self.loop_end(lp)
-        loops = [self.loop_begin(s, f"w{d}") for d, s in enumerate(cols[:2])]
-        self.nc = [lp.index for lp in loops]
-        if kh * kw > UNROLLED_WINDOWS:  # (a pooling window as big as the image: unrolled, its code would be huge)
-            self.windows_looped((sh, sw), (ph, pw), (dh, dw))
-        for i in range(kh if kh * kw <= UNROLLED_WINDOWS else 0):
-            y0, y1 = inside_range(i * dh - ph, sh, H, OH)
-            for j in range(kw):
-                x0, x1 = inside_range(j * dw - pw, sw, W, OW)
-                if n.op == "unfold":
-                    self.fill_rows(i, j, 0, y0, 0, OW)
-                    self.fill_rows(i, j, y1, OH, 0, OW)
-                    self.fill_rows(i, j, y0, y1, 0, x0)
-                    self.fill_rows(i, j, y0, y1, x1, OW)
-                self.window(i, j, (y0, y1), (x0, x1), (sh, sw), (i * dh - ph, j * dw - pw))
-        for lp in reversed(loops):
-            self.loop_end(lp)
-        self.finish()
-
-    def counted(self, lo: int, hi: int, name: str):
-        """A loop over lo <= t < hi: (the loop, t)."""
-        lp = self.loop_begin(max(hi - lo, 0), name)
-        return lp, self.b.add(lp.index, ir.Constant(I64, lo), flags=["nuw", "nsw"]) if lo else lp.index
-
-    def col_at(self, i: int, j: int, y, x):
-        return self.linear(self.nc + [ir.Constant(I64, i), ir.Constant(I64, j), y, x], c_strides(self.cols, 1))
-
-    def fill_rows(self, i: int, j: int, y0: int, y1: int, x0: int, x1: int) -> None:
-        """unfold's padding: `value` at cols[n, c, i, j, y0:y1, x0:x1]."""
-        if y1 <= y0 or x1 <= x0:
-            return
-        ly, y = self.counted(y0, y1, "py")
-        lx, x = self.counted(x0, x1, "px")
-        self.store_at(self.out, self.col_at(i, j, y, x), self.constant(self.n.attrs["value"], self.n.dtype), self.n.dtype)
-        self.loop_end(lx)
-        self.loop_end(ly)
-
-    def windows_looped(self, strides, padding, dilation) -> None:
-        """Every window (i, j) in a loop, each position tested against the image's bounds at run time."""
-        b, n = self.b, self.n
-        (H, W), c64 = self.image[2:], lambda v: ir.Constant(I64, v)
-        loops = [self.loop_begin(s, name) for s, name in zip(self.cols[2:], ("wi", "wj", "y", "x"))]
-        i, j, y, x = (lp.index for lp in loops)
-        row = b.sub(b.add(b.mul(y, c64(strides[0])), b.mul(i, c64(dilation[0]))), c64(padding[0]))
-        col = b.sub(b.add(b.mul(x, c64(strides[1])), b.mul(j, c64(dilation[1]))), c64(padding[1]))
-        inside = b.and_(b.icmp_unsigned("<", row, c64(H)), b.icmp_unsigned("<", col, c64(W)))  # (negative: huge)
-        at_col = self.linear(self.nc + [i, j, y, x], c_strides(self.cols, 1))
-        if n.op == "unfold":
-            self.store_at(self.out, at_col, self.constant(n.attrs["value"], n.dtype), n.dtype)
-        with b.if_then(inside):
-            pixel = self.nc + [row, col]
-            if n.op == "unfold":
-                v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
-                self.store_at(self.out, at_col, v, n.dtype)
-            else:
-                v = self.load_at(self.S.owner, self.linear(self.nc + [i, j, y, x], self.S.strides, self.S.offset),
-                                 self.src.dtype)
-                at = self.linear(pixel, c_strides(n.shape, 1))
-                old = self.load_at(self.out, at, n.dtype)
-                self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
-        for lp in reversed(loops):
-            self.loop_end(lp)
-
-    def window(self, i: int, j: int, ys, xs, strides, offsets) -> None:
-        """The positions of window (i, j) inside the image: copied out (unfold) or added back (fold)."""
-        (y0, y1), (x0, x1) = ys, xs
-        if y1 <= y0 or x1 <= x0:
-            return
-        b, n = self.b, self.n
-        ly, y = self.counted(y0, y1, "y")
-        lx, x = self.counted(x0, x1, "x")
-        row = b.add(b.mul(y, ir.Constant(I64, strides[0])), ir.Constant(I64, offsets[0]))
-        col = b.add(b.mul(x, ir.Constant(I64, strides[1])), ir.Constant(I64, offsets[1]))
-        pixel = self.nc + [row, col]
-        if n.op == "unfold":
-            v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
-            self.store_at(self.out, self.col_at(i, j, y, x), v, n.dtype)
-        else:
-            c = self.nc + [ir.Constant(I64, i), ir.Constant(I64, j), y, x]
-            v = self.load_at(self.S.owner, self.linear(c, self.S.strides, self.S.offset), self.src.dtype)
-            at = self.linear(pixel, c_strides(n.shape, 1))
-            old = self.load_at(self.out, at, n.dtype)
-            self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
-        self.loop_end(lx)
-        self.loop_end(ly)
-
-
-def inside_range(offset: int, stride: int, size: int, count: int) -> tuple[int, int]:
-    """The positions o (0 <= o < count) whose pixel o * stride + offset lies in [0, size), as [lo, hi)."""
-    lo = max(0, -(offset // stride))  # ceil(-offset / stride)
-    hi = min(count, max(0, -((offset - size) // stride)))  # ceil((size - offset) / stride)
-    return lo, max(lo, hi)

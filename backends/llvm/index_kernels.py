@@ -1,0 +1,228 @@
+"""The kernel emitters of the ops that index rather than fuse: `ScatterKernel` index_add, `ScanKernel` cumsum
+(NumPy's order), `WindowKernel` unfold/fold (im2col and col2im). codegen.py's ModuleBuilder calls them like
+kernels.py's; none is split between threads."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from gradir.core.dtypes import is_float
+from gradir.passes.aliasing import c_strides
+
+from .emitter import I64, Emitter
+
+UNROLLED_WINDOWS = 64  # window kernels with more offsets (i, j) than this loop over them instead
+
+
+# -- scatter-add ----------------------------------------------------------------------------------------
+
+class ScatterKernel(Emitter):
+    """index_add: zeros, then out[..., idx[j] mod size, ...] += g[..., j, ...] over g's elements in order.
+    index_update: a copy of x, then out[..., idx[j], ...] = v[..., j, ...] in order (the last write wins)."""
+
+    def emit(self):
+        b = self.b
+        n = self.k.nodes[0]
+        out = self.program.access[n].owner
+        if n.op == "index_update":
+            x, idx, g = n.inputs
+            axis = n.attrs["axis"]
+            size = x.shape[axis]
+            X = self.program.access[x]
+            loops = [self.loop_begin(s, f"x{d}") for d, s in enumerate(n.shape)]
+            c = [lp.index for lp in loops]
+            at = self.linear(c, c_strides(n.shape, 1))
+            self.store_at(out, at, self.load_at(X.owner, self.linear(c, X.strides, X.offset), x.dtype), n.dtype)
+            for lp in reversed(loops):
+                self.loop_end(lp)
+        else:
+            g, idx = n.inputs
+            axis, size = n.attrs["axis"], n.attrs["size"]
+            lp = self.loop_begin(max(n.size, 1), "zero")
+            self.store_at(out, lp.index, self.constant(0, n.dtype), n.dtype)
+            self.loop_end(lp)
+        G, I = self.program.access[g], self.program.access[idx]
+        loops = [self.loop_begin(s, f"g{d}") for d, s in enumerate(g.shape)]
+        c = [lp.index for lp in loops]
+
+        lin = self.linear
+        j = self.load_at(I.owner, lin(c[axis:axis + idx.ndim], I.strides, I.offset), idx.dtype)
+        j = b.sext(j, I64) if j.type.width < 64 else j
+        sz = ir.Constant(I64, size)
+        if n.op == "index_update":  # NumPy's indexing: negative counts from the end, out of range is an error
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+            bad = b.or_(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.icmp_signed(">=", j, sz))
+            self.flag_error(bad, n)
+            j = b.select(bad, ir.Constant(I64, 0), j)
+        else:  # the adjoint of take: positions modulo the size
+            j = b.srem(j, sz)
+            j = b.select(b.icmp_signed("<", j, ir.Constant(I64, 0)), b.add(j, sz), j)
+        oc = c[:axis] + [j] + c[axis + idx.ndim:]
+        at = lin(oc, c_strides(n.shape, 1))
+        x = self.load_at(G.owner, lin(c, G.strides, G.offset), g.dtype)
+        if n.op == "index_add":
+            old = self.load_at(out, at, n.dtype)
+            x = self.round_low_precision(b.fadd(old, x) if is_float(n.dtype) else b.add(old, x), n.dtype)
+        self.store_at(out, at, x, n.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()
+
+
+# -- cumsum -----------------------------------------------------------------------------------------------
+
+class ScanKernel(Emitter):
+    """cumsum along one axis: for each position of the outer axes, a sequential loop along the scanned axis
+    (from its far end when `reverse`), each step adding a row of the inner axes (a vectorizable loop) to the
+    previous row of the output, in NumPy's order (no reassociation), so results match np.cumsum."""
+
+    def emit(self):
+        b = self.b
+        n = self.k.nodes[0]
+        (x,) = n.inputs
+        axis, reverse = n.attrs["axis"], n.attrs["reverse"]
+        out, X = self.program.access[n].owner, self.program.access[x]
+        length = n.shape[axis]
+        ostr = c_strides(n.shape, 1)
+        outer = [self.loop_begin(s, f"o{d}") for d, s in enumerate(n.shape[:axis])]
+        oc = [lp.index for lp in outer]
+        for first in (True, False):  # the first row is a copy; each later one adds the row before
+            steps = 1 if first else length - 1
+            lt = self.loop_begin(steps if length else 0, "first" if first else "t")
+            t = lt.index if first else b.add(lt.index, ir.Constant(I64, 1), flags=["nuw", "nsw"])
+            pos = b.sub(ir.Constant(I64, length - 1), t) if reverse else t
+            inner = [self.loop_begin(s, f"i{d}") for d, s in enumerate(n.shape[axis + 1:], axis + 1)]
+            c = oc + [pos] + [lp.index for lp in inner]
+            v = self.load_at(X.owner, self.linear(c, X.strides, X.offset), x.dtype)
+            if x.dtype != n.dtype:  # bool / int32 sums run in int64, as NumPy
+                v = self.convert(v, x.dtype, n.dtype)
+            at = self.linear(c, ostr)
+            if not first:
+                prev = b.add(at, ir.Constant(I64, ostr[axis] if reverse else -ostr[axis]))
+                old = self.load_at(out, prev, n.dtype)
+                v = self.round_low_precision(b.fadd(old, v) if is_float(n.dtype) else b.add(old, v), n.dtype)
+            self.store_at(out, at, v, n.dtype)
+            for lp in reversed(inner):
+                self.loop_end(lp)
+            self.loop_end(lt)
+        for lp in reversed(outer):
+            self.loop_end(lp)
+        self.finish()
+
+
+# -- unfold (im2col) and fold (col2im) --------------------------------------------------------------------
+
+class WindowKernel(Emitter):
+    """unfold: out[n, c, i, j, y, x] = x[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw], or `value` in the padding.
+    fold: zeros, then out[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw] += cols[n, c, i, j, y, x] over (i, j)
+    in order, as the NumPy reference adds its windows (positions in the padding are dropped). The window
+    offsets (i, j) are unrolled, so the rows and columns inside the image are constant ranges: the loops over
+    them are branch-free (contiguous when the stride is 1), the padding a fill loop."""
+
+    def emit(self):
+        n = self.k.nodes[0]
+        (src,) = n.inputs
+        a = n.attrs
+        self.n, self.src = n, src
+        self.out, self.S = self.program.access[n].owner, self.program.access[src]
+        image = src.shape if n.op == "unfold" else n.shape  # (N, C, H, W)
+        cols = n.shape if n.op == "unfold" else src.shape   # (N, C, kh, kw, OH, OW)
+        self.image, self.cols = image, cols
+        kh, kw, OH, OW = cols[2:]
+        H, W = image[2:]
+        (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+        if n.op == "fold":
+            lp = self.loop_begin(n.size, "zero")
+            self.store_at(self.out, lp.index, self.constant(0, n.dtype), n.dtype)
+            self.loop_end(lp)
+        loops = [self.loop_begin(s, f"w{d}") for d, s in enumerate(cols[:2])]
+        self.nc = [lp.index for lp in loops]
+        if kh * kw > UNROLLED_WINDOWS:  # (a pooling window as big as the image: unrolled, its code would be huge)
+            self.windows_looped((sh, sw), (ph, pw), (dh, dw))
+        for i in range(kh if kh * kw <= UNROLLED_WINDOWS else 0):
+            y0, y1 = inside_range(i * dh - ph, sh, H, OH)
+            for j in range(kw):
+                x0, x1 = inside_range(j * dw - pw, sw, W, OW)
+                if n.op == "unfold":
+                    self.fill_rows(i, j, 0, y0, 0, OW)
+                    self.fill_rows(i, j, y1, OH, 0, OW)
+                    self.fill_rows(i, j, y0, y1, 0, x0)
+                    self.fill_rows(i, j, y0, y1, x1, OW)
+                self.window(i, j, (y0, y1), (x0, x1), (sh, sw), (i * dh - ph, j * dw - pw))
+        for lp in reversed(loops):
+            self.loop_end(lp)
+        self.finish()
+
+    def counted(self, lo: int, hi: int, name: str):
+        """A loop over lo <= t < hi: (the loop, t)."""
+        lp = self.loop_begin(max(hi - lo, 0), name)
+        return lp, self.b.add(lp.index, ir.Constant(I64, lo), flags=["nuw", "nsw"]) if lo else lp.index
+
+    def col_at(self, i: int, j: int, y, x):
+        return self.linear(self.nc + [ir.Constant(I64, i), ir.Constant(I64, j), y, x], c_strides(self.cols, 1))
+
+    def fill_rows(self, i: int, j: int, y0: int, y1: int, x0: int, x1: int) -> None:
+        """unfold's padding: `value` at cols[n, c, i, j, y0:y1, x0:x1]."""
+        if y1 <= y0 or x1 <= x0:
+            return
+        ly, y = self.counted(y0, y1, "py")
+        lx, x = self.counted(x0, x1, "px")
+        self.store_at(self.out, self.col_at(i, j, y, x), self.constant(self.n.attrs["value"], self.n.dtype), self.n.dtype)
+        self.loop_end(lx)
+        self.loop_end(ly)
+
+    def windows_looped(self, strides, padding, dilation) -> None:
+        """Every window (i, j) in a loop, each position tested against the image's bounds at run time."""
+        b, n = self.b, self.n
+        (H, W), c64 = self.image[2:], lambda v: ir.Constant(I64, v)
+        loops = [self.loop_begin(s, name) for s, name in zip(self.cols[2:], ("wi", "wj", "y", "x"))]
+        i, j, y, x = (lp.index for lp in loops)
+        row = b.sub(b.add(b.mul(y, c64(strides[0])), b.mul(i, c64(dilation[0]))), c64(padding[0]))
+        col = b.sub(b.add(b.mul(x, c64(strides[1])), b.mul(j, c64(dilation[1]))), c64(padding[1]))
+        inside = b.and_(b.icmp_unsigned("<", row, c64(H)), b.icmp_unsigned("<", col, c64(W)))  # (negative: huge)
+        at_col = self.linear(self.nc + [i, j, y, x], c_strides(self.cols, 1))
+        if n.op == "unfold":
+            self.store_at(self.out, at_col, self.constant(n.attrs["value"], n.dtype), n.dtype)
+        with b.if_then(inside):
+            pixel = self.nc + [row, col]
+            if n.op == "unfold":
+                v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
+                self.store_at(self.out, at_col, v, n.dtype)
+            else:
+                v = self.load_at(self.S.owner, self.linear(self.nc + [i, j, y, x], self.S.strides, self.S.offset),
+                                 self.src.dtype)
+                at = self.linear(pixel, c_strides(n.shape, 1))
+                old = self.load_at(self.out, at, n.dtype)
+                self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
+        for lp in reversed(loops):
+            self.loop_end(lp)
+
+    def window(self, i: int, j: int, ys, xs, strides, offsets) -> None:
+        """The positions of window (i, j) inside the image: copied out (unfold) or added back (fold)."""
+        (y0, y1), (x0, x1) = ys, xs
+        if y1 <= y0 or x1 <= x0:
+            return
+        b, n = self.b, self.n
+        ly, y = self.counted(y0, y1, "y")
+        lx, x = self.counted(x0, x1, "x")
+        row = b.add(b.mul(y, ir.Constant(I64, strides[0])), ir.Constant(I64, offsets[0]))
+        col = b.add(b.mul(x, ir.Constant(I64, strides[1])), ir.Constant(I64, offsets[1]))
+        pixel = self.nc + [row, col]
+        if n.op == "unfold":
+            v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
+            self.store_at(self.out, self.col_at(i, j, y, x), v, n.dtype)
+        else:
+            c = self.nc + [ir.Constant(I64, i), ir.Constant(I64, j), y, x]
+            v = self.load_at(self.S.owner, self.linear(c, self.S.strides, self.S.offset), self.src.dtype)
+            at = self.linear(pixel, c_strides(n.shape, 1))
+            old = self.load_at(self.out, at, n.dtype)
+            self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
+        self.loop_end(lx)
+        self.loop_end(ly)
+
+
+def inside_range(offset: int, stride: int, size: int, count: int) -> tuple[int, int]:
+    """The positions o (0 <= o < count) whose pixel o * stride + offset lies in [0, size), as [lo, hi)."""
+    lo = max(0, -(offset // stride))  # ceil(-offset / stride)
+    hi = min(count, max(0, -((offset - size) // stride)))  # ceil((size - offset) / stride)
+    return lo, max(lo, hi)
