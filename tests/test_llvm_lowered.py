@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,17 @@ def test_conv_and_pool_steps_leave_the_fallback():
     text = listing(gr.grad(loss, argnums=(0, 1)), x, w)
     assert "im2col gather loop" in text and "col2im scatter-add loop" in text
     assert "numpy" not in text.lower(), text
+
+
+def test_window_rows_are_loops_llvm_may_not_unroll():
+    """A window's row of pixels is a short loop inside the loop over rows; unrolled whole, LLVM vectorized the
+    rows with gathers and scatters (fold 10x slower than now). Its latch carries a self-referential loop ID
+    asking for no unrolling (llvmlite writes none; codegen.module_text makes it), and LLVM accepts the module."""
+    cols = data((2, 3, 3, 3, 8, 8), np.float32)
+    f = gr.compile(lambda c: gr.nn.fold(c, (8, 8), (3, 3), padding=(1, 1)))
+    ir_text = f.executable(cols).module_ir
+    ids = re.findall(r"^(!\d+) = distinct !\{ (!\d+), (!\d+) \}", ir_text, flags=re.M)
+    assert ids and all(own == first for own, first, _ in ids)
+    assert '!"llvm.loop.unroll.disable"' in ir_text and "gradir.loop.id" not in ir_text
+    np.testing.assert_array_equal(f(cols), gr.compile(lambda c: gr.nn.fold(c, (8, 8), (3, 3), padding=(1, 1)),
+                                                      backend="numpy")(cols))

@@ -276,3 +276,15 @@ def test_tiny_transformers_models_match_numpy_with_every_kernel_split(split_ever
         step = gr.value_and_grad(lambda p, x, f=f, out=out: gr.sum(gr.tanh(f(p, x)[out])))
         ex = against_numpy(step, params, x.numpy(), rtol=1e-4, atol=1e-5)
         assert split_functions(ex) >= 3
+
+
+def test_a_split_product_whose_output_is_reshaped_before_its_epilogue_matches_numpy(split_everything):
+    """wav2vec2's positional convolution: a (1, 2)-batched product, reshaped to (1, 32, 1, 40), then a bias
+    added as its epilogue. Split by rows, each thread filled out's axis 2 (size 1) over its rows."""
+    a, b = RNG.standard_normal((1, 2, 16, 64)), RNG.standard_normal((1, 2, 64, 40))
+    r = RNG.standard_normal((1, 32, 1, 40))
+
+    def f(a, b, r):
+        return gr.sum(gr.tanh(gr.reshape(a @ b, (1, 32, 1, 40)) + r))
+    ex = against_numpy(gr.value_and_grad(f, argnums=(0, 1, 2)), a, b, r, rtol=1e-12, atol=1e-13)
+    assert "epilogue" in ex.listing and split_functions(ex) >= 1

@@ -44,7 +44,7 @@ from gradir.util.fileio import write_atomic
 from gradir.util.gcpause import gc_paused
 
 from . import jit
-from .codegen import ModuleBuilder
+from .codegen import ModuleBuilder, module_text
 from .emitter import RENDERS
 from .pool import POOL, pool_module
 
@@ -131,7 +131,7 @@ class LLVMCompiled:
         compiled = [s for s in steps if isinstance(s, list)]
         mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts,
                            parallel=pool_module() is not None)
-        self.module_ir = str(mb.build([k for s in compiled for k in s]))
+        self.module_ir = module_text(mb.build([k for s in compiled for k in s]))
         self._table = mb.table
         # a compiled segment runs as (its kernels, its table, the table's address); a NumPy fallback kernel
         # as itself (addresses are taken once: `.ctypes.data` costs a microsecond a call)

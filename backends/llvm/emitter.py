@@ -146,12 +146,16 @@ class Emitter:
         phi.add_incoming(lo, pre)
         return Loop(phi, header, after, hi)
 
-    def loop_end(self, loop: Loop) -> None:
+    def loop_end(self, loop: Loop, unroll: bool = True) -> None:
+        """Close `loop`. unroll=False keeps LLVM from unrolling it whole: a short contiguous loop inside another
+        is then vectorized along itself, not unrolled and vectorized along the outer loop with gathers."""
         b = self.b
         nxt = b.add(loop.index, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         loop.index.add_incoming(nxt, b.block)
         end = ir.Constant(I64, max(loop.n, 1)) if isinstance(loop.n, int) else loop.n
-        b.cbranch(b.icmp_unsigned("<", nxt, end), loop.header, loop.after)
+        latch = b.cbranch(b.icmp_unsigned("<", nxt, end), loop.header, loop.after)
+        if not unroll:
+            latch.set_metadata("llvm.loop", self.mb.loop_id("llvm.loop.unroll.disable"))
         b.position_at_end(loop.after)
 
     # -- elementwise ops

@@ -168,7 +168,7 @@ class WindowKernel(Emitter):
         ly, y = self.counted(y0, y1, "py")
         lx, x = self.counted(x0, x1, "px")
         self.store_at(self.out, self.col_at(i, j, y, x), self.constant(self.n.attrs["value"], self.n.dtype), self.n.dtype)
-        self.loop_end(lx)
+        self.loop_end(lx, unroll=False)
         self.loop_end(ly)
 
     def windows_looped(self, strides, padding, dilation) -> None:
@@ -217,7 +217,7 @@ class WindowKernel(Emitter):
             at = self.linear(pixel, c_strides(n.shape, 1))
             old = self.load_at(self.out, at, n.dtype)
             self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
-        self.loop_end(lx)
+        self.loop_end(lx, unroll=False)
         self.loop_end(ly)
 
 

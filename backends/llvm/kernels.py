@@ -472,6 +472,7 @@ class MatmulKernel(Emitter):
             return [0] * lead + [0 if sh == 1 and bb != 1 else st
                                  for sh, st, bb in zip(shape[:-2], strides[:-2], batch[lead:])]
         self.dims = (M, N, K)
+        self.batch = batch
         self.a_batch, self.b_batch = batch_strides(ash, ast), batch_strides(bsh, bst)
         self.c_batch = list(c_strides(batch + (M, N), 1))[:nb]
         self.a_mat, self.b_mat = ast[-2:], bst[-2:]
@@ -506,21 +507,17 @@ class MatmulKernel(Emitter):
         self.finish()
 
     def fill_bias(self, out: Value, bias: Value, ranged: int | None = None) -> None:
-        """C = the bias, over this thread's range of out's axis `ranged` (None: all of it); where out has more
-        axes than the product (a batch folded into its rows), the range is over out's leading axes together."""
-        if self.split == "m" and out.ndim != ranged + 2:  # (split_of: only rows without a batch come here)
-            b, lead = self.b, out.shape[:-1]
-            loops = [self.loop_range(*self.part, "rows"), self.loop_begin(out.shape[-1], "cols")]
-            r = loops[0].index
-            c = []
-            for d in range(len(lead)):
-                v = b.udiv(r, ir.Constant(I64, math.prod(lead[d + 1:])))
-                c.append(b.urem(v, ir.Constant(I64, lead[d])) if d else v)
-            c.append(loops[1].index)
-        else:
-            loops = [self.loop_range(*self.part, f"c{d}") if d == ranged else self.loop_begin(s, f"c{d}")
-                     for d, s in enumerate(out.shape)]
-            c = [lp.index for lp in loops]
+        """C = the bias, over this thread's range of the product's axis `ranged` (the first batch axis or the
+        rows; None: all of C). out holds the product's elements in C order, but its shape may differ (a batch
+        folded into the rows, a reshape): then the product's coordinates are unravelled into out's."""
+        product = tuple(self.batch) + self.dims[:2]
+        loops = [self.loop_range(*self.part, f"c{d}") if d == ranged else self.loop_begin(s, f"c{d}")
+                 for d, s in enumerate(product if ranged is not None else out.shape)]
+        c = [lp.index for lp in loops]
+        if ranged is not None and tuple(out.shape) != product:
+            b, flat = self.b, self.linear(c, c_strides(product, 1))
+            c = [b.urem(b.udiv(flat, ir.Constant(I64, stride)), ir.Constant(I64, size))
+                 for stride, size in zip(c_strides(out.shape, 1), out.shape)]
         if bias in self.program.immediates or bias.op == "const" and not bias.ndim:
             value = self.constant(self.program.immediates.get(bias, bias).attrs["value"].item(), bias.dtype)
         else:
