@@ -84,8 +84,8 @@ WINDOWS = [  # (N, C, H, W), kernel, stride, padding, dilation
     ((2, 1, 4, 9), (3, 2), (3, 2), (2, 1), (2, 3)),
     ((1, 1, 3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),
     ((0, 2, 4, 4), (2, 2), (1, 1), (0, 0), (1, 1)),
-    # more window offsets than UNROLLED_WINDOWS: looped, bounds tested at run time (EfficientNet's AvgPool2d(320,
-    # ceil_mode) on a 1x1 map once unrolled 102,400 windows and compiled for minutes)
+    # many window offsets, windows partly or wholly in the padding (EfficientNet's AvgPool2d(320, ceil_mode) on a
+    # 1x1 map once unrolled 102,400 windows and compiled for minutes)
     ((2, 3, 6, 5), (9, 8), (2, 3), (4, 3), (1, 1)),
     ((1, 2, 1, 1), (12, 12), (12, 12), (6, 6), (1, 1)),
     ((1, 1, 5, 4), (5, 14), (1, 1), (2, 6), (2, 1)),

@@ -11,9 +11,6 @@ from gradir.passes.aliasing import c_strides
 
 from .emitter import I64, Emitter
 
-UNROLLED_WINDOWS = 64  # window kernels with more offsets (i, j) than this loop over them instead
-
-
 # -- scatter-add ----------------------------------------------------------------------------------------
 
 class ScatterKernel(Emitter):
@@ -115,9 +112,10 @@ class ScanKernel(Emitter):
 class WindowKernel(Emitter):
     """unfold: out[n, c, i, j, y, x] = x[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw], or `value` in the padding.
     fold: zeros, then out[n, c, y*sh + i*dh - ph, x*sw + j*dw - pw] += cols[n, c, i, j, y, x] over (i, j)
-    in order, as the NumPy reference adds its windows (positions in the padding are dropped). The window
-    offsets (i, j) are unrolled, so the rows and columns inside the image are constant ranges: the loops over
-    them are branch-free (contiguous when the stride is 1), the padding a fill loop."""
+    in order, as the NumPy reference adds its windows (positions in the padding are dropped). Per window
+    offset (i, j), the rows and columns inside the image are a range computed once: the loops over them are
+    branch-free (contiguous when the stride is 1), the padding a fill loop. The offsets are loops LLVM may not
+    unroll (an unrolled 3x3 window nest was most of a CNN step's compile time)."""
 
     def emit(self):
         n = self.k.nodes[0]
@@ -131,98 +129,72 @@ class WindowKernel(Emitter):
         kh, kw, OH, OW = cols[2:]
         H, W = image[2:]
         (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+        b, c64 = self.b, (lambda v: ir.Constant(I64, v))
         if n.op == "fold":
             lp = self.loop_begin(n.size, "zero")
             self.store_at(self.out, lp.index, self.constant(0, n.dtype), n.dtype)
             self.loop_end(lp)
-        loops = [self.loop_begin(s, f"w{d}") for d, s in enumerate(cols[:2])]
-        self.nc = [lp.index for lp in loops]
-        if kh * kw > UNROLLED_WINDOWS:  # (a pooling window as big as the image: unrolled, its code would be huge)
-            self.windows_looped((sh, sw), (ph, pw), (dh, dw))
-        for i in range(kh if kh * kw <= UNROLLED_WINDOWS else 0):
-            y0, y1 = inside_range(i * dh - ph, sh, H, OH)
-            for j in range(kw):
-                x0, x1 = inside_range(j * dw - pw, sw, W, OW)
-                if n.op == "unfold":
-                    self.fill_rows(i, j, 0, y0, 0, OW)
-                    self.fill_rows(i, j, y1, OH, 0, OW)
-                    self.fill_rows(i, j, y0, y1, 0, x0)
-                    self.fill_rows(i, j, y0, y1, x1, OW)
-                self.window(i, j, (y0, y1), (x0, x1), (sh, sw), (i * dh - ph, j * dw - pw))
-        for lp in reversed(loops):
-            self.loop_end(lp)
+        loops = [self.loop_begin(s, name) for s, name in zip(cols[:4], ("wn", "wc", "wi", "wj"))]
+        self.nc = [lp.index for lp in loops[:2]]
+        i, j = loops[2].index, loops[3].index
+        dy = b.sub(b.mul(i, c64(dh)), c64(ph))  # the window's offset in the image (may be negative)
+        dx = b.sub(b.mul(j, c64(dw)), c64(pw))
+        (y0, y1), (x0, x1) = self.inside_range(dy, sh, H, OH), self.inside_range(dx, sw, W, OW)
+        if n.op == "unfold":
+            self.fill_rows(i, j, c64(0), y0, c64(0), c64(OW))
+            self.fill_rows(i, j, y1, c64(OH), c64(0), c64(OW))
+            self.fill_rows(i, j, y0, y1, c64(0), x0)
+            self.fill_rows(i, j, y0, y1, x1, c64(OW))
+        self.window(i, j, (y0, y1), (x0, x1), (sh, sw), (dy, dx))
+        for k, lp in enumerate(reversed(loops)):
+            self.loop_end(lp, unroll=k >= 2)
         self.finish()
 
-    def counted(self, lo: int, hi: int, name: str):
-        """A loop over lo <= t < hi: (the loop, t)."""
-        lp = self.loop_begin(max(hi - lo, 0), name)
-        return lp, self.b.add(lp.index, ir.Constant(I64, lo), flags=["nuw", "nsw"]) if lo else lp.index
+    def inside_range(self, offset, stride: int, size: int, count: int):
+        """The positions o (0 <= o < count) whose pixel o * stride + offset lies in [0, size), as [lo, hi) (IR
+        values; hi >= lo)."""
+        b, c64 = self.b, (lambda v: ir.Constant(I64, v))
 
-    def col_at(self, i: int, j: int, y, x):
-        return self.linear(self.nc + [ir.Constant(I64, i), ir.Constant(I64, j), y, x], c_strides(self.cols, 1))
+        def ceil_div(a):  # ceil(a / stride) for any sign of a (sdiv truncates toward zero)
+            a = b.add(a, c64(stride - 1))
+            return b.sdiv(b.select(b.icmp_signed("<", a, c64(0)), b.sub(a, c64(stride - 1)), a), c64(stride))
 
-    def fill_rows(self, i: int, j: int, y0: int, y1: int, x0: int, x1: int) -> None:
+        def clamp(v, lo, hi):
+            v = b.select(b.icmp_signed("<", v, lo), lo, v)
+            return b.select(b.icmp_signed(">", v, hi), hi, v)
+        lo = clamp(ceil_div(b.sub(c64(0), offset)), c64(0), c64(count))
+        hi = clamp(ceil_div(b.sub(c64(size), offset)), lo, c64(count))
+        return lo, hi
+
+    def col_at(self, i, j, y, x):
+        return self.linear(self.nc + [i, j, y, x], c_strides(self.cols, 1))
+
+    def fill_rows(self, i, j, y0, y1, x0, x1) -> None:
         """unfold's padding: `value` at cols[n, c, i, j, y0:y1, x0:x1]."""
-        if y1 <= y0 or x1 <= x0:
-            return
-        ly, y = self.counted(y0, y1, "py")
-        lx, x = self.counted(x0, x1, "px")
-        self.store_at(self.out, self.col_at(i, j, y, x), self.constant(self.n.attrs["value"], self.n.dtype), self.n.dtype)
+        ly = self.loop_range(y0, y1, "py")
+        lx = self.loop_range(x0, x1, "px")
+        self.store_at(self.out, self.col_at(i, j, ly.index, lx.index), self.constant(self.n.attrs["value"], self.n.dtype),
+                      self.n.dtype)
         self.loop_end(lx, unroll=False)
         self.loop_end(ly)
 
-    def windows_looped(self, strides, padding, dilation) -> None:
-        """Every window (i, j) in a loop, each position tested against the image's bounds at run time."""
-        b, n = self.b, self.n
-        (H, W), c64 = self.image[2:], lambda v: ir.Constant(I64, v)
-        loops = [self.loop_begin(s, name) for s, name in zip(self.cols[2:], ("wi", "wj", "y", "x"))]
-        i, j, y, x = (lp.index for lp in loops)
-        row = b.sub(b.add(b.mul(y, c64(strides[0])), b.mul(i, c64(dilation[0]))), c64(padding[0]))
-        col = b.sub(b.add(b.mul(x, c64(strides[1])), b.mul(j, c64(dilation[1]))), c64(padding[1]))
-        inside = b.and_(b.icmp_unsigned("<", row, c64(H)), b.icmp_unsigned("<", col, c64(W)))  # (negative: huge)
-        at_col = self.linear(self.nc + [i, j, y, x], c_strides(self.cols, 1))
-        if n.op == "unfold":
-            self.store_at(self.out, at_col, self.constant(n.attrs["value"], n.dtype), n.dtype)
-        with b.if_then(inside):
-            pixel = self.nc + [row, col]
-            if n.op == "unfold":
-                v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
-                self.store_at(self.out, at_col, v, n.dtype)
-            else:
-                v = self.load_at(self.S.owner, self.linear(self.nc + [i, j, y, x], self.S.strides, self.S.offset),
-                                 self.src.dtype)
-                at = self.linear(pixel, c_strides(n.shape, 1))
-                old = self.load_at(self.out, at, n.dtype)
-                self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
-        for lp in reversed(loops):
-            self.loop_end(lp)
-
-    def window(self, i: int, j: int, ys, xs, strides, offsets) -> None:
+    def window(self, i, j, ys, xs, strides, offsets) -> None:
         """The positions of window (i, j) inside the image: copied out (unfold) or added back (fold)."""
-        (y0, y1), (x0, x1) = ys, xs
-        if y1 <= y0 or x1 <= x0:
-            return
         b, n = self.b, self.n
-        ly, y = self.counted(y0, y1, "y")
-        lx, x = self.counted(x0, x1, "x")
-        row = b.add(b.mul(y, ir.Constant(I64, strides[0])), ir.Constant(I64, offsets[0]))
-        col = b.add(b.mul(x, ir.Constant(I64, strides[1])), ir.Constant(I64, offsets[1]))
+        ly = self.loop_range(*ys, "y")
+        lx = self.loop_range(*xs, "x")
+        y, x = ly.index, lx.index
+        row = b.add(b.mul(y, ir.Constant(I64, strides[0])), offsets[0])
+        col = b.add(b.mul(x, ir.Constant(I64, strides[1])), offsets[1])
         pixel = self.nc + [row, col]
         if n.op == "unfold":
             v = self.load_at(self.S.owner, self.linear(pixel, self.S.strides, self.S.offset), self.src.dtype)
             self.store_at(self.out, self.col_at(i, j, y, x), v, n.dtype)
         else:
-            c = self.nc + [ir.Constant(I64, i), ir.Constant(I64, j), y, x]
-            v = self.load_at(self.S.owner, self.linear(c, self.S.strides, self.S.offset), self.src.dtype)
+            v = self.load_at(self.S.owner, self.linear(self.nc + [i, j, y, x], self.S.strides, self.S.offset),
+                             self.src.dtype)
             at = self.linear(pixel, c_strides(n.shape, 1))
             old = self.load_at(self.out, at, n.dtype)
             self.store_at(self.out, at, self.round_low_precision(b.fadd(old, v), n.dtype), n.dtype)
         self.loop_end(lx, unroll=False)
         self.loop_end(ly)
-
-
-def inside_range(offset: int, stride: int, size: int, count: int) -> tuple[int, int]:
-    """The positions o (0 <= o < count) whose pixel o * stride + offset lies in [0, size), as [lo, hi)."""
-    lo = max(0, -(offset // stride))  # ceil(-offset / stride)
-    hi = min(count, max(0, -((offset - size) // stride)))  # ceil((size - offset) / stride)
-    return lo, max(lo, hi)
