@@ -166,8 +166,9 @@ class ModuleBuilder:
         umin = lambda x, y: b.select(b.icmp_unsigned("<", x, y), x, y)
         units = c64(max(1, split.size // split.grain))  # (the last piece takes the remainder: no piece is short)
         team_size = b.load(field(3), typ=I64)
-        per = b.udiv(units, b.mul(team_size, c64(PIECES_PER_THREAD)))
-        per = b.select(b.icmp_unsigned("<", per, c64(1)), c64(1), per)
+        # a product split by rows: one piece per thread (each piece reads all of B: more pieces, more reads)
+        pieces = b.mul(team_size, c64(1 if split.where == "m" else PIECES_PER_THREAD))
+        per = b.udiv(b.add(units, b.sub(pieces, c64(1))), pieces)  # (rounded up)
         buffers = [b.load(field(0, j), typ=PTR) for j in range(nparams)]
         take, run, done = (part.append_basic_block(x) for x in ("take", "run", "done"))
         b.branch(take)
