@@ -44,9 +44,9 @@ def flat(tree) -> list[np.ndarray]:
 
 
 def assert_same_at_every_count(results, ex) -> None:
-    """Bit for bit where gradir computes every element (its loops, products split over batches); where a BLAS
-    product is split by rows, within rounding: OpenBLAS may pick another kernel for a smaller product (which
-    one depends on the CPU), and another kernel sums in another order."""
+    """Bit for bit where gradir computes every element (its loops); where a split function calls BLAS, within
+    rounding: OpenBLAS may pick another kernel for a row-split piece, a smaller product (which one depends on
+    the CPU), and another kernel sums in another order."""
     first = results[0]
     rows_split = any("gradir_blas_" in line and "call" in line for line in ex.module_ir.split("define")
                      if ".body" in line.split("(")[0])
