@@ -123,7 +123,7 @@ class ModuleBuilder:
             return fn
         body = self._function(f"{name}.body", len(params), 2)
         emitter = emit(self, k, body, dict(zip(params, body.args)))
-        emitter.part = tuple(body.args[-2:])
+        emitter.part, emitter.split = tuple(body.args[-2:]), split.where
         once = emit(self, k, fn, dict(zip(params, fn.args)))
         with lowering("LLVM", k, emitter.at):
             emitter.emit()

@@ -48,6 +48,7 @@ class Emitter:
         self.b.store(ir.Constant(I32, 0), self.err)
         self.at: list[Value] = []  # the node being emitted (named by a LoweringError)
         self.part: tuple[ir.Value, ir.Value] | None = None  # a thread's [lo, hi) of the split loop (kernels.py)
+        self.split: int | str | None = None  # which loop `part` ranges over (kernels.Split.where)
 
     # -- memory
     def element_ptr(self, owner: Value, index: ir.Value):

@@ -107,7 +107,6 @@ class LoopKernel(Emitter):
         self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
                           and n not in k.accumulated}
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
-        self.split = split_of(self.program, k).where if self.part is not None else None
         if self.part is None:  # (a split kernel's caller fills them once, before the threads start)
             self.prologue()
         loops = self.open_loops(outer=True)
@@ -479,8 +478,7 @@ class MatmulKernel(Emitter):
         out = next((v for v in (self.k.epilogue, self.k.transposed) if v is not None), n)
         self.A, self.B, self.C = A, B, self.program.access[out]
         self.n = n
-        # a thread's part: one range of the first batch axis or of C's rows (split_of)
-        self.split = split_of(self.program, self.k).where if self.part is not None else None
+        # a thread's part (codegen sets it): one range of the first batch axis or of C's rows (split_of)
         ranged = {"batch": 0, "m": nb}.get(self.split)
         if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
             self.fill_bias(out, self.k.bias, ranged)
