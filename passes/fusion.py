@@ -724,7 +724,7 @@ def kernel_header(k: Kernel, program: FusedProgram) -> str:
             shape = f"for {_dims(k.domain[:k.outer])} x {k.num_passes} pass{'es' if k.num_passes > 1 else ''} " \
                     f"over {_dims(k.domain[k.outer:])}"
     elif k.kind == MATMUL:
-        shape = "BLAS gemm"
+        shape = "gemm"
     elif k.kind == SCATTER:
         shape = "scatter-add loop"
     elif k.kind == SCAN:

@@ -257,7 +257,8 @@ def test_a_batched_product_with_a_broadcast_weight_and_a_residual_epilogue_match
 
     def f(w, x, r):
         return gr.sum(gr.tanh(r + x @ gr.broadcast_to(gr.transpose(w), (32, 64, 64))) ** 2)
-    ex = against_numpy(gr.value_and_grad(f, argnums=(0, 1, 2)), w, x, r)
+    # float32: a product rounded one ulp differently (4.8e-7 at |z| ~ 4) moves d tanh(z)^2 by up to ~1e-6
+    ex = against_numpy(gr.value_and_grad(f, argnums=(0, 1, 2)), w, x, r, atol=1e-5)
     assert "epilogue" in ex.listing and split_functions(ex) >= 1
 
 

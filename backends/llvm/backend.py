@@ -26,6 +26,7 @@ is rebuilt.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import pathlib
@@ -43,7 +44,7 @@ from gradir.passes.fusion import MATMUL, NUMPY, FusedProgram, fuse, kernel_heade
 from gradir.util.fileio import write_atomic
 from gradir.util.gcpause import gc_paused
 
-from . import jit
+from . import gemm, jit
 from .codegen import ModuleBuilder, module_text
 from .emitter import RENDERS
 from .pool import POOL, pool_module
@@ -74,9 +75,27 @@ def _version() -> str:
 
 
 def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
-    """The compiled module for `ir_text`, from the disk cache when there (returns it and 'cache' or 'compiled')."""
+    """The compiled module for `ir_text`, from the disk cache when there (returns it and 'cache' or 'compiled'),
+    with the functions it calls registered first: BLAS, and gemm.py's products (a module of their own,
+    compiled once per process, or loaded from the same cache)."""
     for name in ("sgemm", "dgemm"):
         jit.add_symbol(f"gradir_blas_{name}", jit.blas_address(name))
+    for suffix in gemm.TYPES:
+        if f"gradir_gemm_{suffix}" in ir_text:
+            gemm_module(suffix)
+    return _load(ir_text)
+
+
+@functools.cache
+def gemm_module(suffix: str) -> jit.JitModule:
+    """gemm.py's product for element type `suffix` ('f32', 'f64'), compiled (or loaded) once and registered."""
+    gemm.runtime()
+    module, _ = _load(gemm.gemm_ir(suffix, gemm.host_shapes()[suffix]))
+    gemm.register(suffix, module)
+    return module
+
+
+def _load(ir_text: str) -> tuple[jit.JitModule, str]:
     where = cache_dir()
     if where is None:
         return jit.JitModule.from_ir(ir_text), "compiled"
@@ -383,4 +402,4 @@ def compile_graph(graph: Graph, check: bool = False, order: list[Value] | None =
     return LLVMCompiled(graph, order=order, check=check, threads=threads)
 
 
-__all__ = ["LLVMCompiled", "cache_dir", "compile_graph", "load_module"]
+__all__ = ["LLVMCompiled", "cache_dir", "compile_graph", "gemm_module", "load_module"]

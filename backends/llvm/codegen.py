@@ -256,9 +256,12 @@ class ModuleBuilder:
         b.ret(ir.Constant(I32, 0))
 
     def blas(self, name: str) -> ir.Function:
+        """BLAS routine `name` (backend.load_module registers SciPy's), or gemm.py's `gradir_gemm_f32/f64`."""
         if name not in self._blas:
-            fnty = ir.FunctionType(ir.VoidType(), [PTR] * 13)
-            self._blas[name] = ir.Function(self.module, fnty, name=f"gradir_blas_{name}")
+            fnty = (ir.FunctionType(ir.VoidType(), [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64])
+                    if name.startswith("gradir_gemm_") else ir.FunctionType(ir.VoidType(), [PTR] * 13))
+            self._blas[name] = ir.Function(self.module, fnty, name=name if name.startswith("gradir_") else
+                                           f"gradir_blas_{name}")
         return self._blas[name]
 
 

@@ -1,7 +1,7 @@
 """The kernel emitters: each fused kernel of the program as one LLVM function body. `LoopKernel` emits a
 fused loop nest (outer loops over the row axes, a loop nest per pass over the inner axes: elementwise chains,
-reductions, gathers and placements), `MatmulKernel` a matmul (a BLAS call, or a loop for small products) with
-its bias epilogue; `split_of` says how threads share either. The kernels that index (index_add, cumsum,
+reductions, gathers and placements), `MatmulKernel` a matmul (a call of gemm.py's product or BLAS, or a loop for small
+products) with its bias epilogue; `split_of` says how threads share either. The kernels that index (index_add, cumsum,
 unfold/fold) are in index_kernels.py. codegen.py's ModuleBuilder creates the functions and calls them.
 """
 
@@ -21,6 +21,7 @@ from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, in_kernel
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
+from .gemm import host_shapes
 
 PARALLEL_LOOP_WORK = 1 << 16    # loop kernels below this many element-ops (elements x nodes) run on one thread
 PARALLEL_MATMUL_WORK = 1 << 18  # products below this many multiply-adds run on one thread
@@ -35,6 +36,8 @@ GEMM_PIECE = 1 << 22            # and at least this many multiply-adds: OpenBLAS
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
+OWN_GEMM = {dtypes.float32: "gradir_gemm_f32", dtypes.float64: "gradir_gemm_f64"} if host_shapes() else {}
+# gemm.py's products, where the CPU has AVX2 and FMA: any strides; BLAS (SciPy's OpenBLAS) elsewhere
 
 
 def reduction_identity(op: str, dt):
@@ -83,7 +86,11 @@ def split_of(program, k) -> Split | None:
             return None
         if batch and batch[0] >= 2:
             return Split("batch", batch[0], 1)
-        if not (blas_layout(M, K, *ast[-2:]) and blas_layout(K, N, *bst[-2:])) or M * N * K < SMALL_MATMUL:
+        if M * N * K < SMALL_MATMUL:
+            return None
+        if n.dtype in OWN_GEMM:  # any rows: each element of C is computed the same way in any piece
+            return Split("m", M, GEMM_GRAIN) if M >= 2 * GEMM_GRAIN else None
+        if not (blas_layout(M, K, *ast[-2:]) and blas_layout(K, N, *bst[-2:])):
             return None
         # C's rows (the columns of OpenBLAS's column-major C^T): each piece at least GEMM_PIECE multiply-adds
         grain = -(-max(GEMM_GRAIN, -(-GEMM_PIECE // max(N * K, 1))) // GEMM_GRAIN) * GEMM_GRAIN
@@ -455,8 +462,9 @@ def gemm_operands(program, k):
 
 
 class MatmulKernel(Emitter):
-    """C = A @ B with NumPy's matmul shapes, per batch element: BLAS gemm when the operands are strided
-    matrices (their transposes become its flags) with at least SMALL_MATMUL multiply-adds, else a loop."""
+    """C = A @ B with NumPy's matmul shapes, per batch element, from at least SMALL_MATMUL multiply-adds on:
+    gemm.py's product on the operands' strides (float32/float64 on CPUs with AVX2 and FMA), else BLAS gemm
+    when they are strided matrices (their transposes become its flags); smaller products are a loop."""
 
     def emit(self):
         n = self.k.nodes[0]
@@ -489,13 +497,18 @@ class MatmulKernel(Emitter):
                 ((self.a_batch, A), (self.b_batch, B), (self.c_batch, self.C))]
         blas = BLAS_GEMM.get(n.dtype)
         la, lb = blas_layout(M, K, *self.a_mat), blas_layout(K, N, *self.b_mat)
+        rows = None
         if self.split == "m":  # this thread's rows of A and C
             lo, hi = self.part
             b = self.b
             a_off, b_off, c_off = offs
             offs = [b.add(a_off, b.mul(lo, ir.Constant(I64, self.a_mat[0]))), b_off,
                     b.add(c_off, b.mul(lo, ir.Constant(I64, N)))]
-            self.call_gemm(blas, la, lb, *offs, rows=b.trunc(b.sub(hi, lo), I32))
+            rows = b.sub(hi, lo)
+        if n.dtype in OWN_GEMM and (rows is not None or M * N * K >= SMALL_MATMUL):
+            self.call_own_gemm(*offs, rows)
+        elif rows is not None:
+            self.call_gemm(blas, la, lb, *offs, rows=self.b.trunc(rows, I32))
         elif M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
             self.call_gemm(blas, la, lb, *offs)
         else:
@@ -545,6 +558,16 @@ class MatmulKernel(Emitter):
                 self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
                 cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
         b.call(self.mb.blas(gemm), args)
+
+    def call_own_gemm(self, a_off, b_off, c_off, rows=None):
+        """gemm.py's product on the operands' own strides; `rows`: this thread's rows (a run-time value)."""
+        M, N, K = self.dims
+        i64 = lambda v: ir.Constant(I64, v)
+        args = [rows if rows is not None else i64(M), i64(N), i64(K),
+                self.element_ptr(self.A.owner, a_off), i64(self.a_mat[0]), i64(self.a_mat[1]),
+                self.element_ptr(self.B.owner, b_off), i64(self.b_mat[0]), i64(self.b_mat[1]),
+                self.element_ptr(self.C.owner, c_off), i64(N), i64(0 if self.k.epilogue is None else 1)]
+        self.b.call(self.mb.blas(OWN_GEMM[self.n.dtype]), args)
 
     def loop_matmul(self, a_off, b_off, c_off):
         b = self.b

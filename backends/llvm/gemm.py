@@ -1,0 +1,312 @@
+"""gradir's own matrix product, in LLVM IR: a packed, register-blocked gemm for the host's vector ISA.
+
+`gradir_gemm_f32` / `gradir_gemm_f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta)` compute
+C = A @ B + beta * C (beta 0 or 1) for an M x K matrix A and a K x N matrix B at any element strides
+(A[i, k] = A[i * sam + k * sak]; a transpose is just other strides) into a row-major C with row stride ldc.
+The structure is BLIS's (Van Zee and van de Geijn, "BLIS: A Framework for Rapidly Instantiating BLAS
+Functionality"), with the two inner loops swapped for the wide register tiles of AVX-512:
+
+    for each block of NC columns of B and C:            (jc)
+      for each block of KC rows of B:                    (pc)  pack B[pc:, jc:] into column panels  (L2)
+        for each panel of MR rows of A and C:            (ir)  pack A[ir:, pc:] k-major               (L1)
+          for each panel of NR columns:                  (jr)  micro-kernel: C[ir:, jc+jr:] += Ap @ Bp
+
+The micro-kernel keeps an MR x NR tile of C in MR * NR / L vector registers (L lanes), and per step of k loads
+NR / L vectors of the packed B row, broadcasts MR elements of the packed A column and issues MR * NR / L fused
+multiply-adds. Packing copies each operand once per block into the contiguous, zero-padded order the
+micro-kernel reads, so its loads never miss L1/L2 and never depend on the caller's strides; partial tiles at
+the edges go through a small tile on the stack. One call runs on one thread (the pool partitions products).
+Each element type's module is compiled once per process (or loaded from the disk cache: backend.load_module)
+when a kernel first calls it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+from typing import NamedTuple
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from . import jit
+
+I1, I64, PTR = ir.IntType(1), ir.IntType(64), ir.PointerType()
+VOID = ir.VoidType()
+
+
+class Shape(NamedTuple):
+    """A gemm's blocking: a micro-tile of MR rows by NV vectors of L lanes, and the cache blocks."""
+    lanes: int   # L: elements per vector register
+    mr: int      # rows of the register tile
+    nv: int      # vectors per row of the tile (NR = nv * lanes columns)
+    kc: int      # rows of B per packed block (the depth of one micro-kernel call)
+    nc: int      # columns of B per packed block (a multiple of NR)
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+
+@functools.cache
+def host_shapes() -> dict[str, Shape] | None:
+    """The blocking for this CPU per element type ('f32', 'f64'), or None without AVX2 and FMA (BLAS runs)."""
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):  # 32 registers of 512 bits: 24 accumulators, the B row, a broadcast
+        vector_bits, tile = 512, (8, 3)
+    elif features.get("avx2") and features.get("fma"):  # 16 registers of 256 bits: 12 accumulators
+        vector_bits, tile = 256, (6, 2)
+    else:
+        return None
+    out = {}
+    for name, bits in (("f32", 32), ("f64", 64)):
+        lanes = vector_bits // bits
+        nr = tile[1] * lanes
+        kc = 256
+        nc = max(nr, (512 * 1024 // (kc * bits // 8)) // nr * nr)  # the packed B block fills about 512 KB (L2)
+        out[name] = Shape(lanes, tile[0], tile[1], kc, nc)
+    return out
+
+
+@contextlib.contextmanager
+def counted(b: ir.IRBuilder, start, stop, step=1, name="i"):
+    """`for i in range(start, stop, step)` (stop > start not required): yields i; the body is emitted inside."""
+    start, stop, step = (ir.Constant(I64, v) if isinstance(v, int) else v for v in (start, stop, step))
+    pre = b.block
+    head, body, done = (b.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body, done)
+    b.position_at_end(body)
+    yield i
+    i.add_incoming(b.add(i, step), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+class GemmBuilder:
+    """Emits one gemm function for an element type and a `Shape` (see the module docstring)."""
+
+    def __init__(self, module: ir.Module, ty: ir.Type, suffix: str, shape: Shape):
+        self.m, self.ty, self.suffix, self.s = module, ty, suffix, shape
+        self.vec = ir.VectorType(ty, shape.lanes)
+        self.size = 4 if isinstance(ty, ir.FloatType) else 8
+        name = f"llvm.fma.v{shape.lanes}f{self.size * 8}"  # (llvmlite names no vector intrinsics itself)
+        self.fma = module.globals.get(name) or ir.Function(module, ir.FunctionType(self.vec, [self.vec] * 3), name)
+        self.edge = self.edge_store()
+
+    def edge_store(self) -> ir.Function:
+        """edge(scratch, C, ldc, beta, mr, nr): C[:mr, :nr] = scratch[:mr, :nr] + beta * C (scratch rows NR long)."""
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [PTR, PTR, I64, I64, I64, I64]), name=f"gemm_edge_{self.suffix}")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        scratch, c, ldc, beta, mr, nr = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        add_old = b.icmp_signed("!=", beta, c64(0))
+        with counted(b, 0, mr, name="r") as r, counted(b, 0, nr, name="j") as j:
+            x = b.load(self.at(b, scratch, b.add(b.mul(r, c64(self.s.nr)), j)), typ=self.ty)
+            p = self.at(b, c, b.add(b.mul(r, ldc), j))
+            old = b.select(add_old, b.load(p, typ=self.ty), ir.Constant(self.ty, 0.0))
+            b.store(b.fadd(x, old), p)
+        b.ret_void()
+        return fn
+
+    def at(self, b, base, index):
+        return b.gep(base, [index], source_etype=self.ty, inbounds=True)
+
+    def micro_kernel(self, mr: int, nv: int) -> ir.Function:
+        """tile(kc, Ap, Bp, C, ldc, beta, nr, scratch): C[:mr, :nr] = Ap @ Bp + beta * C for nr <= nv * L columns,
+        Ap k-major (MR values per k), Bp row-major (NR per k); nr < nv * L (an edge) goes through `scratch`."""
+        s, ty, vec = self.s, self.ty, self.vec
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, PTR, PTR, PTR, I64, I64, I64, PTR]),
+                         name=f"gemm_tile_{self.suffix}_{mr}x{nv}")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")  # (inlined into the driver, twelve tiles take LLVM seconds to compile)
+        kc, ap, bp, c, ldc, beta, nr, scratch = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        entry = b.block
+        zero = ir.Constant(vec, [0.0] * s.lanes)
+        loop, done = b.append_basic_block("k"), b.append_basic_block("k.done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        k = b.phi(I64, name="k")
+        acc = [[b.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(mr)]
+        brow = [b.load(self.at(b, bp, b.add(b.mul(k, c64(s.nr)), c64(v * s.lanes))), typ=vec, align=self.size)
+                for v in range(nv)]
+        undef = ir.Constant(vec, None)
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), s.lanes), [0] * s.lanes)
+        new = []
+        for r in range(mr):
+            a = b.load(self.at(b, ap, b.add(b.mul(k, c64(s.mr)), c64(r))), typ=ty)
+            splat = b.shuffle_vector(b.insert_element(undef, a, ir.Constant(ir.IntType(32), 0)), undef, mask)
+            new.append([b.call(self.fma, [splat, brow[v], acc[r][v]]) for v in range(nv)])
+        k1 = b.add(k, c64(1))
+        k.add_incoming(c64(0), entry)
+        k.add_incoming(k1, loop)
+        for r in range(mr):
+            for v in range(nv):
+                acc[r][v].add_incoming(zero, entry)
+                acc[r][v].add_incoming(new[r][v], loop)
+        b.cbranch(b.icmp_signed("<", k1, kc), loop, done)
+        b.position_at_end(done)
+        add_old = b.icmp_signed("!=", beta, c64(0))
+        with b.if_else(b.icmp_signed("==", nr, c64(nv * s.lanes))) as (whole, edge):
+            with whole, b.if_else(add_old) as (add, overwrite):  # straight into C
+                for branch, adding in ((add, True), (overwrite, False)):
+                    with branch:
+                        for r in range(mr):
+                            for v in range(nv):
+                                p = self.at(b, c, b.add(b.mul(c64(r), ldc), c64(v * s.lanes)))
+                                x = b.fadd(new[r][v], b.load(p, typ=vec, align=self.size)) if adding else new[r][v]
+                                b.store(x, p, align=self.size)
+            with edge:  # the tile to scratch, its valid columns into C
+                for r in range(mr):
+                    for v in range(nv):
+                        b.store(new[r][v], self.at(b, scratch, c64(r * s.nr + v * s.lanes)), align=self.size)
+                b.call(self.edge, [scratch, c, ldc, beta, c64(mr), nr])
+        b.ret_void()
+        return fn
+
+    def copy(self, b, rows, cols, src, s_row, s_col, dst, d_row: int, width: int):
+        """dst[i * d_row + j] = src[i * s_row + j * s_col] for i < rows, j < cols (a packing). A source contiguous
+        along j is copied row by row (LLVM vectorizes it); one contiguous along i (s_row == 1) is transposed in
+        registers, `width` columns by L rows at a time (`transpose`), the rest element by element."""
+        L = self.s.lanes
+        assert width == L or width == d_row, "a transposed block is stored as whole rows or one contiguous run"
+
+        def element(i, j):
+            x = b.load(self.at(b, src, b.add(b.mul(i, s_row), b.mul(j, s_col))), typ=self.ty)
+            b.store(x, self.at(b, dst, b.add(b.mul(i, c64(d_row)), j)))
+
+        def elements(i_from, i_to, j_from, j_to):
+            with counted(b, j_from, j_to, name="cj") as j, counted(b, i_from, i_to, name="ci") as i:
+                element(i, j)
+        with b.if_else(b.icmp_signed("==", s_row, c64(1))) as (down, across):
+            with down:
+                wide, tall = b.and_(cols, c64(-width)), b.and_(rows, c64(-L))
+                with counted(b, 0, wide, width, name="tj") as j0:
+                    with counted(b, 0, tall, L, name="ti") as i0:
+                        column = [b.load(self.at(b, src, b.add(b.mul(b.add(j0, c64(w)), s_col), i0)), typ=self.vec,
+                                         align=self.size) for w in range(width)]
+                        for o, v in enumerate(self.transpose(b, column)):
+                            at = b.add(b.mul(b.add(i0, c64(o * L // width)), c64(d_row)), j0)
+                            b.store(v, self.at(b, dst, at), align=self.size)
+                    elements(tall, rows, j0, b.add(j0, c64(width)))
+                elements(c64(0), rows, wide, cols)
+            with across, counted(b, 0, rows, name="ci") as i, counted(b, 0, cols, name="cj") as j:
+                element(i, j)
+
+    def transpose(self, b, vectors: list) -> list:
+        """W vectors of L lanes (W a power of two) holding X[w, l] -> W vectors holding X^T's elements in order
+        (l * W + w): log2(W) rounds of interleaving vector i with vector i + W/2, each of which rotates the bits
+        of an element's position w * L + l left by one (log2(W) rotations move w's bits below l's)."""
+        L, W = self.s.lanes, len(vectors)
+        i32 = ir.IntType(32)
+        halves = [[j + h * L // 2 + side * L for j in range(L // 2) for side in (0, 1)] for h in (0, 1)]
+        masks = [ir.Constant(ir.VectorType(i32, L), m) for m in halves]
+        for _ in range(W.bit_length() - 1):
+            vectors = [b.shuffle_vector(vectors[i], vectors[i + W // 2], m) for i in range(W // 2) for m in masks]
+        return vectors
+
+    def gemm(self) -> ir.Function:
+        s, ty = self.s, self.ty
+        heights = sorted({s.mr} | {1 << e for e in range(s.mr.bit_length()) if 1 << e < s.mr}, reverse=True)
+        tiles = {(mr, nv): self.micro_kernel(mr, nv) for mr in heights for nv in range(1, s.nv + 1)}
+        malloc = self.m.globals.get("gradir_malloc") or ir.Function(self.m, ir.FunctionType(PTR, [I64]),
+                                                                     name="gradir_malloc")
+        free = self.m.globals.get("gradir_free") or ir.Function(self.m, ir.FunctionType(VOID, [PTR]),
+                                                                 name="gradir_free")
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64]),
+                         name=f"gradir_gemm_{self.suffix}")
+        M, N, K, a, sam, sak, bm, sbk, sbn, c, ldc, beta = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        zero = ir.Constant(ty, 0.0)
+        smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
+        with b.if_then(b.and_(b.icmp_signed("==", K, c64(0)), b.icmp_signed("==", beta, c64(0)))):
+            with counted(b, 0, M, name="zi") as i, counted(b, 0, N, name="zj") as j:  # an empty sum is 0
+                b.store(zero, self.at(b, c, b.add(b.mul(i, ldc), j)))
+        # one allocation: the packed B block, the packed A panel, the edge tile; no bigger than the product needs
+        block = b.mul(smin(K, c64(s.kc)), b.mul(b.udiv(b.add(smin(N, c64(s.nc)), c64(s.nr - 1)), c64(s.nr)),
+                                                 c64(s.nr)))
+        bp = b.call(malloc, [b.mul(b.add(block, c64(s.kc * s.mr + s.mr * s.nr)), c64(self.size))])
+        ap = self.at(b, bp, block)
+        scratch = self.at(b, ap, c64(s.kc * s.mr))
+        with counted(b, 0, N, s.nc, name="jc") as jc:
+            nc = smin(b.sub(N, jc), c64(s.nc))
+            with counted(b, 0, K, s.kc, name="pc") as pc:
+                kc = smin(b.sub(K, pc), c64(s.kc))
+                # pack B[pc:pc+kc, jc:jc+nc]: panel p holds columns p*NR.. as kc rows of NR (zero past nc)
+                with counted(b, 0, nc, s.nr, name="pj") as j0:
+                    width = smin(b.sub(nc, j0), c64(s.nr))
+                    panel = self.at(b, bp, b.mul(j0, kc))
+                    src = self.at(b, bm, b.add(b.mul(pc, sbk), b.mul(b.add(jc, j0), sbn)))
+                    self.copy(b, kc, width, src, sbk, sbn, panel, s.nr, s.lanes)
+                    with counted(b, 0, kc, name="zk") as k, counted(b, width, s.nr, name="zj") as j:
+                        b.store(zero, self.at(b, panel, b.add(b.mul(k, c64(s.nr)), j)))
+                with counted(b, 0, M, s.mr, name="ir") as i0:
+                    rows = smin(b.sub(M, i0), c64(s.mr))
+                    # pack A[i0:i0+rows, pc:pc+kc] k-major: MR values per k
+                    src = self.at(b, a, b.add(b.mul(i0, sam), b.mul(pc, sak)))
+                    self.copy(b, kc, rows, src, sak, sam, ap, s.mr, s.mr)
+                    tile_beta = b.select(b.icmp_signed("==", pc, c64(0)), beta, c64(1))  # later K blocks add
+                    with counted(b, 0, nc, s.nr, name="jr") as j0:
+                        cols = smin(b.sub(nc, j0), c64(s.nr))
+                        vectors = b.udiv(b.add(cols, c64(s.lanes - 1)), c64(s.lanes))
+                        panel = self.at(b, bp, b.mul(j0, kc))
+                        corner = b.add(b.mul(i0, ldc), b.add(jc, j0))
+                        # the rows: one full tile, or (an edge) tiles of the powers of two that sum to `rows`
+                        for mr in heights:
+                            if mr == s.mr:
+                                take, r0 = b.icmp_signed("==", rows, c64(mr)), c64(0)
+                            else:
+                                take = b.and_(b.icmp_signed("!=", rows, c64(s.mr)),
+                                              b.icmp_signed("!=", b.and_(rows, c64(mr)), c64(0)))
+                                r0 = b.and_(rows, c64(~(2 * mr - 1)))
+                            with b.if_then(take):
+                                done = b.append_basic_block("tile.done")
+                                pick = b.switch(vectors, done)
+                                for nv in range(1, s.nv + 1):
+                                    case = b.append_basic_block(f"tile.{mr}x{nv}")
+                                    pick.add_case(c64(nv), case)
+                                    b.position_at_end(case)
+                                    b.call(tiles[mr, nv], [kc, self.at(b, ap, r0), panel,
+                                                           self.at(b, c, b.add(corner, b.mul(r0, ldc))), ldc,
+                                                           tile_beta, cols, scratch])
+                                    b.branch(done)
+                                b.position_at_end(done)
+        b.call(free, [bp])
+        b.ret_void()
+        return fn
+
+
+TYPES = {"f32": ir.FloatType(), "f64": ir.DoubleType()}
+
+
+def gemm_ir(suffix: str, shape: Shape) -> str:
+    """The gemm module of one element type ('f32' or 'f64'): `gradir_gemm_<suffix>` for the given blocking."""
+    m = ir.Module(name=f"gradir_gemm_{suffix}")
+    GemmBuilder(m, TYPES[suffix], suffix, shape).gemm()
+    return str(m)
+
+
+def register(suffix: str, module: jit.JitModule) -> None:
+    """Make the compiled gemm module's product callable from kernels' modules (backend.load_module)."""
+    jit.add_symbol(f"gradir_gemm_{suffix}", module.address(f"gradir_gemm_{suffix}"))
+
+
+@functools.cache
+def runtime() -> None:
+    """Register the C library functions the gemm module calls (malloc, free); once per process."""
+    libc = ctypes.CDLL(None)
+    jit.add_symbol("gradir_malloc", ctypes.cast(libc.malloc, ctypes.c_void_p).value)
+    jit.add_symbol("gradir_free", ctypes.cast(libc.free, ctypes.c_void_p).value)
+
+
+__all__ = ["Shape", "gemm_ir", "host_shapes", "register", "runtime"]

@@ -1,0 +1,95 @@
+"""gemm.py's packed matrix product, called directly: every size around its blocks (register tiles, packed
+panels, K and N blocks), every layout (transposes, strided views), beta 0 and 1, float32 and float64, with the
+host's blocking and the AVX2 one, against NumPy in float64; and its results do not depend on the blocking or
+on how a product's rows are split between threads (each element of C is one chain of fused multiply-adds in
+k order), so they are the same on any x86 CPU with AVX2."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gradir.backends.llvm import backend, gemm, jit
+
+pytestmark = pytest.mark.skipif(gemm.host_shapes() is None, reason="gradir's gemm needs AVX2 and FMA")
+
+I64, P = ctypes.c_int64, ctypes.c_void_p
+SIGNATURE = ctypes.CFUNCTYPE(None, I64, I64, I64, P, I64, I64, P, I64, I64, P, I64, I64)
+AVX2 = {"f32": gemm.Shape(8, 4, 3, 256, 480), "f64": gemm.Shape(4, 4, 3, 256, 240)}  # 256-bit vectors, 16 registers
+
+
+@functools.cache
+def module(suffix: str, blocking: str):
+    """The host's module (as kernels' modules use it) or one built with the AVX2 blocking."""
+    if blocking == "host":
+        return backend.gemm_module(suffix)
+    gemm.runtime()
+    return jit.JitModule.from_ir(gemm.gemm_ir(suffix, AVX2[suffix]))
+
+
+def product(a, b, c, beta, blocking="host", rows=None):
+    """C[:rows] = A[:rows] @ B + beta * C[:rows] through gradir_gemm_f32/f64 on the arrays' own strides."""
+    suffix = {np.float32: "f32", np.float64: "f64"}[a.dtype.type]
+    fn = SIGNATURE(module(suffix, blocking).address(f"gradir_gemm_{suffix}"))
+    e = a.itemsize
+    fn(a.shape[0] if rows is None else rows, b.shape[1], a.shape[1], a.ctypes.data, a.strides[0] // e,
+       a.strides[1] // e, b.ctypes.data, b.strides[0] // e, b.strides[1] // e, c.ctypes.data, c.strides[0] // e,
+       beta)
+
+
+def operand(rng, rows, cols, dt, layout):
+    """A rows x cols matrix laid out 'row' (C order), 'col' (a transpose) or 'strided' (every other column)."""
+    if layout == "col":
+        return np.ascontiguousarray(rng.standard_normal((cols, rows)).astype(dt)).T
+    if layout == "strided":
+        return rng.standard_normal((rows, 2 * cols)).astype(dt)[:, ::2]
+    return rng.standard_normal((rows, cols)).astype(dt)
+
+
+def check(M, N, K, dt, la, lb, beta, blocking, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b = operand(rng, M, K, dt, la), operand(rng, K, N, dt, lb)
+    c0 = rng.standard_normal((M, N)).astype(dt)
+    c = c0.copy()
+    product(a, b, c, beta, blocking)
+    want = a.astype(np.float64) @ b.astype(np.float64) + beta * c0.astype(np.float64)
+    # each element: K fused multiply-adds and an add, each rounding once
+    bound = (K + 2) * np.finfo(dt).eps * (np.abs(a).astype(np.float64) @ np.abs(b) + np.abs(c0) * beta)
+    assert np.all(np.abs(c - want) <= bound), (M, N, K, dt, la, lb, beta, blocking)
+    return a, b, c0, c
+
+
+SIZES = st.one_of(st.integers(1, 40), st.sampled_from([47, 48, 49, 63, 64, 65, 255, 256, 257, 481, 600]))
+
+
+@given(M=SIZES, N=SIZES, K=st.one_of(st.just(0), SIZES), dt=st.sampled_from([np.float32, np.float64]),
+       la=st.sampled_from(["row", "col", "strided"]), lb=st.sampled_from(["row", "col", "strided"]),
+       beta=st.sampled_from([0, 1]), blocking=st.sampled_from(["host", "avx2"]))
+@settings(deadline=None)  # (the first call compiles the module)
+@example(M=16, N=1024, K=144, dt=np.float32, la="row", lb="col", beta=0, blocking="host")  # a CNN weight grad
+@example(M=9, N=600, K=257, dt=np.float64, la="col", lb="col", beta=1, blocking="host")  # two N and K blocks
+@example(M=3, N=5, K=0, dt=np.float32, la="row", lb="row", beta=0, blocking="host")  # an empty sum is zero
+def test_every_size_and_layout_matches_numpy_in_float64(M, N, K, dt, la, lb, beta, blocking):
+    if M * N * K > 600 * 600 * 40:
+        K = 40
+    check(M, N, K, dt, la, lb, beta, blocking)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_results_do_not_depend_on_the_blocking_or_on_splitting_the_rows(dt):
+    """Bit for bit: AVX-512 against AVX2 blocking (other tiles and panels), and C computed in two pieces of rows
+    (what two threads do) against one piece."""
+    M, N, K = 37, 530, 300
+    a, b, c0, whole = check(M, N, K, dt, "row", "col", 1, "host")
+    other = c0.copy()
+    product(a, b, other, 1, "avx2")
+    np.testing.assert_array_equal(other, whole)
+    pieces = c0.copy()
+    product(a[:13], b, pieces[:13], 1, rows=13)
+    product(a[13:], b, pieces[13:], 1, rows=M - 13)
+    np.testing.assert_array_equal(pieces, whole)
