@@ -136,7 +136,7 @@ def test_conv_and_pool_steps_leave_the_fallback():
 def test_window_rows_are_loops_llvm_may_not_unroll():
     """A window's row of pixels is a short loop inside the loop over rows; unrolled whole, LLVM vectorized the
     rows with gathers and scatters (fold 10x slower than now). Its latch carries a self-referential loop ID
-    asking for no unrolling (llvmlite writes none; codegen.module_text makes it), and LLVM accepts the module."""
+    asking for no unrolling (llvmlite writes none; emitter.module_text makes it), and LLVM accepts the module."""
     cols = data((2, 3, 3, 3, 8, 8), np.float32)
     f = gr.compile(lambda c: gr.nn.fold(c, (8, 8), (3, 3), padding=(1, 1)))
     ir_text = f.executable(cols).module_ir

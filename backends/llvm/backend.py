@@ -45,8 +45,8 @@ from gradir.util.fileio import write_atomic
 from gradir.util.gcpause import gc_paused
 
 from . import gemm, jit
-from .codegen import ModuleBuilder, module_text
-from .emitter import RENDERS
+from .codegen import ModuleBuilder
+from .emitter import RENDERS, module_text
 from .pool import POOL, pool_module
 
 _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,

@@ -16,8 +16,6 @@ kernels.py, on emitter.py's values (the compute types, loads and stores, the per
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 from llvmlite import ir
 
@@ -33,15 +31,6 @@ from .kernels import LoopKernel, MatmulKernel, split_of
 PIECES_PER_THREAD = 4  # a split kernel's iterations are cut into about this many pieces per thread
 
 
-LOOP_ID_MARK = "gradir.loop.id."
-
-
-def module_text(module: ir.Module) -> str:
-    """The module's IR text with the loop IDs of `ModuleBuilder.loop_id` made self-referential."""
-    return re.sub(rf'^(!\d+) = !{{ !"{re.escape(LOOP_ID_MARK)}\d+"', lambda m: f"{m.group(1)} = distinct !{{ {m.group(1)}",
-                  str(module), flags=re.M)
-
-
 class ModuleBuilder:
     """Builds the LLVM module of a fused program (see the module docstring)."""
 
@@ -50,7 +39,6 @@ class ModuleBuilder:
         self.program = program
         self.parallel = parallel  # whether kernels big enough may run on a team of threads (pool.py's)
         self.module = ir.Module(name=program.graph.name)
-        self._loop_ids = 0  # (loop_id's count)
         g = program.graph
         # slots: inputs, outputs, array constants, arena
         self.slot: dict[Value, int] = {x: i for i, x in enumerate(g.inputs)}
@@ -82,14 +70,6 @@ class ModuleBuilder:
             self.kernel_function(k)
         self.driver()
         return self.module
-
-    def loop_id(self, *hints: str) -> ir.MDValue:
-        """A loop ID carrying `hints` (e.g. "llvm.loop.unroll.disable") for a loop's latch branch. LLVM wants a
-        distinct node that lists itself first; llvmlite writes no such node, so this one is marked and
-        `module_text` rewrites it."""
-        self._loop_ids += 1
-        hints_md = [self.module.add_metadata([ir.MetaDataString(self.module, h)]) for h in hints]
-        return self.module.add_metadata([ir.MetaDataString(self.module, f"{LOOP_ID_MARK}{self._loop_ids}")] + hints_md)
 
     def kernel_params(self, k: Kernel) -> list[Value]:
         """The distinct buffers kernel k touches: owners of what it reads, then what it writes."""

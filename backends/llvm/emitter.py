@@ -11,6 +11,8 @@ match NumPy's, which rounds each op's result too), i64/i32 for integers, i1 for 
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -33,6 +35,28 @@ STORAGE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F16, dtypes
            dtypes.int64: I64, dtypes.int32: I32, dtypes.bool_: I8}
 COMPUTE = {dtypes.float64: F64, dtypes.float32: F32, dtypes.float16: F32, dtypes.bfloat16: F32,
            dtypes.int64: I64, dtypes.int32: I32, dtypes.bool_: I1}
+
+LOOP_ID_MARK = "gradir.loop.id."
+_loop_ids = itertools.count()
+
+
+def loop_id(module: ir.Module, *hints) -> ir.MDValue:
+    """A loop ID for a loop's latch branch carrying `hints`: names ("llvm.loop.unroll.disable") or (name, value)
+    pairs (("llvm.loop.vectorize.enable", False)). LLVM wants a distinct node that lists itself first; llvmlite
+    writes no such node, so this one is marked and `module_text` rewrites it."""
+    def hint(h):
+        if isinstance(h, str):
+            return [ir.MetaDataString(module, h)]
+        name, value = h
+        return [ir.MetaDataString(module, name), ir.Constant(I1 if isinstance(value, bool) else I32, int(value))]
+    mark = ir.MetaDataString(module, f"{LOOP_ID_MARK}{next(_loop_ids)}")
+    return module.add_metadata([mark] + [module.add_metadata(hint(h)) for h in hints])
+
+
+def module_text(module: ir.Module) -> str:
+    """The module's IR text with the loop IDs of `loop_id` made self-referential."""
+    return re.sub(rf'^(!\d+) = !{{ !"{re.escape(LOOP_ID_MARK)}\d+"', lambda m: f"{m.group(1)} = distinct !{{ {m.group(1)}",
+                  str(module), flags=re.M)
 
 
 class Emitter:
@@ -156,7 +180,7 @@ class Emitter:
         end = ir.Constant(I64, max(loop.n, 1)) if isinstance(loop.n, int) else loop.n
         latch = b.cbranch(b.icmp_unsigned("<", nxt, end), loop.header, loop.after)
         if not unroll:
-            latch.set_metadata("llvm.loop", self.mb.loop_id("llvm.loop.unroll.disable"))
+            latch.set_metadata("llvm.loop", loop_id(self.module, "llvm.loop.unroll.disable"))
         b.position_at_end(loop.after)
 
     # -- elementwise ops

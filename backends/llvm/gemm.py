@@ -31,6 +31,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from . import jit
+from .emitter import loop_id, module_text
 
 I1, I64, PTR = ir.IntType(1), ir.IntType(64), ir.PointerType()
 VOID = ir.VoidType()
@@ -69,9 +70,14 @@ def host_shapes() -> dict[str, Shape] | None:
     return out
 
 
+SCALAR = (("llvm.loop.vectorize.enable", False), "llvm.loop.unroll.disable")  # a short or rare loop, left as is
+
+
 @contextlib.contextmanager
-def counted(b: ir.IRBuilder, start, stop, step=1, name="i"):
-    """`for i in range(start, stop, step)` (stop > start not required): yields i; the body is emitted inside."""
+def counted(b: ir.IRBuilder, start, stop, step=1, name="i", hints=()):
+    """`for i in range(start, stop, step)` (stop > start not required): yields i; the body is emitted inside.
+    `hints`: for LLVM's loop passes (emitter.loop_id), e.g. SCALAR (vectorizing and unrolling a loop of a few
+    iterations costs compile time and buys nothing)."""
     start, stop, step = (ir.Constant(I64, v) if isinstance(v, int) else v for v in (start, stop, step))
     pre = b.block
     head, body, done = (b.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
@@ -83,7 +89,9 @@ def counted(b: ir.IRBuilder, start, stop, step=1, name="i"):
     b.position_at_end(body)
     yield i
     i.add_incoming(b.add(i, step), b.block)
-    b.branch(head)
+    latch = b.branch(head)
+    if hints:
+        latch.set_metadata("llvm.loop", loop_id(b.module, *hints))
     b.position_at_end(done)
 
 
@@ -110,7 +118,7 @@ class GemmBuilder:
         scratch, c, ldc, beta, mr, nr = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         add_old = b.icmp_signed("!=", beta, c64(0))
-        with counted(b, 0, mr, name="r") as r, counted(b, 0, nr, name="j") as j:
+        with counted(b, 0, mr, name="r", hints=SCALAR) as r, counted(b, 0, nr, name="j", hints=SCALAR) as j:
             x = b.load(self.at(b, scratch, b.add(b.mul(r, c64(self.s.nr)), j)), typ=self.ty)
             p = self.at(b, c, b.add(b.mul(r, ldc), j))
             old = b.select(add_old, b.load(p, typ=self.ty), ir.Constant(self.ty, 0.0))
@@ -186,7 +194,8 @@ class GemmBuilder:
             b.store(x, self.at(b, dst, b.add(b.mul(i, c64(d_row)), j)))
 
         def elements(i_from, i_to, j_from, j_to):
-            with counted(b, j_from, j_to, name="cj") as j, counted(b, i_from, i_to, name="ci") as i:
+            with counted(b, j_from, j_to, name="cj", hints=SCALAR) as j, \
+                    counted(b, i_from, i_to, name="ci", hints=SCALAR) as i:
                 element(i, j)
         with b.if_else(b.icmp_signed("==", s_row, c64(1))) as (down, across):
             with down:
@@ -230,7 +239,8 @@ class GemmBuilder:
         zero = ir.Constant(ty, 0.0)
         smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
         with b.if_then(b.and_(b.icmp_signed("==", K, c64(0)), b.icmp_signed("==", beta, c64(0)))):
-            with counted(b, 0, M, name="zi") as i, counted(b, 0, N, name="zj") as j:  # an empty sum is 0
+            with counted(b, 0, M, name="zi", hints=SCALAR) as i, counted(b, 0, N, name="zj", hints=SCALAR) as j:
+                # an empty sum is 0
                 b.store(zero, self.at(b, c, b.add(b.mul(i, ldc), j)))
         # one allocation: the packed B block, the packed A panel, the edge tile; no bigger than the product needs
         block = b.mul(smin(K, c64(s.kc)), b.mul(b.udiv(b.add(smin(N, c64(s.nc)), c64(s.nr - 1)), c64(s.nr)),
@@ -248,7 +258,8 @@ class GemmBuilder:
                     panel = self.at(b, bp, b.mul(j0, kc))
                     src = self.at(b, bm, b.add(b.mul(pc, sbk), b.mul(b.add(jc, j0), sbn)))
                     self.copy(b, kc, width, src, sbk, sbn, panel, s.nr, s.lanes)
-                    with counted(b, 0, kc, name="zk") as k, counted(b, width, s.nr, name="zj") as j:
+                    with counted(b, 0, kc, name="zk", hints=SCALAR) as k, \
+                            counted(b, width, s.nr, name="zj", hints=SCALAR) as j:
                         b.store(zero, self.at(b, panel, b.add(b.mul(k, c64(s.nr)), j)))
                 with counted(b, 0, M, s.mr, name="ir") as i0:
                     rows = smin(b.sub(M, i0), c64(s.mr))
@@ -293,7 +304,7 @@ def gemm_ir(suffix: str, shape: Shape) -> str:
     """The gemm module of one element type ('f32' or 'f64'): `gradir_gemm_<suffix>` for the given blocking."""
     m = ir.Module(name=f"gradir_gemm_{suffix}")
     GemmBuilder(m, TYPES[suffix], suffix, shape).gemm()
-    return str(m)
+    return module_text(m)
 
 
 def register(suffix: str, module: jit.JitModule) -> None:
