@@ -83,7 +83,7 @@ from machine import (  # noqa: E402, F401 - bb._cpu_model, bb.versions, ... as b
     openblas_kernels,
     versions,
 )
-from roofline import kernel_profile, measure_peaks, peaks_line, render_profile  # noqa: E402
+from roofline import kernel_profile, measure_peaks, peaks_line, render_profile, render_scaling  # noqa: E402
 from workload_spellings import (  # noqa: E402, F401 - bb.GPT_* and the spellings, as bench_gpu.py reads them
     GPT_B,
     GPT_C,
@@ -624,7 +624,7 @@ def run_modes(argv: list[str], args, log=print) -> tuple[str, str, dict]:
     """Each thread mode in child processes (thread counts of OpenBLAS and MKL are fixed when they load); a child
     that dies (a crash in a system) costs its current workload, reported as such, and a new child runs the rest.
     Returns the tables, the profile listing and gradir LLVM's compile ms per workload (the first mode's that has it)."""
-    tables, profiles, compile_ms = [], [], {}
+    tables, profiles, compile_ms, by_mode = [], [], {}, []
     skip = {"--out", "--profile-out", "--threads", "--workloads"}
     child_argv = [a for i, a in enumerate(argv) if a not in skip and (i == 0 or argv[i - 1] not in skip)
                   and a not in ("--unset-openblas-coretype", "--compile-time", "--tables-only")
@@ -654,9 +654,12 @@ def run_modes(argv: list[str], args, log=print) -> tuple[str, str, dict]:
         t, p = render_mode(n, gradir_threads_note(), state["env"], state["peaks"], state["results"])
         tables.append(t)
         profiles.append(p)
+        by_mode.append((n, {r.title: r.profile for r in state["results"]}))
         for r in state["results"]:  # the first mode's figure, or a later mode's where it has none
             if compile_ms.get(r.key, math.nan) != compile_ms.get(r.key, math.nan) or r.key not in compile_ms:
                 compile_ms[r.key] = r.llvm_compile_ms
+    if len(by_mode) > 1:
+        profiles.append(render_scaling(by_mode))
     return "\n".join(tables), "\n".join(profiles), compile_ms
 
 

@@ -109,7 +109,12 @@ def environment_line() -> str:
     kernels = openblas_kernels()
     busy = _busy_cores()
     warn = " " + BUSY_WARNING if busy > 0.3 else ""
-    return (f"Environment: {env}; OpenBLAS kernel: {'; '.join(kernels) if kernels else 'unknown'}; "
+    try:
+        from gradir.backends.llvm.gemm import describe
+        products = f"gradir LLVM's products: {describe()}; "
+    except ImportError:
+        products = ""
+    return (f"Environment: {env}; {products}OpenBLAS kernel: {'; '.join(kernels) if kernels else 'unknown'}; "
             f"PyTorch's BLAS: {torch_blas()}; cores busy with other processes at the start: {busy:.1f}.{warn}")
 
 

@@ -134,3 +134,28 @@ def render_profile(title: str, rows: list[dict], peaks: dict, top: int = 10) -> 
         lines.append(f"| `{r['kernel']}` | {r['s'] * 1e6:,.1f} | {r['s'] / total:.0%} | {gf:,.1f} | {gb:,.1f} | "
                      f"{ai:.2f} | {frac:.0%} ({bound}) |")
     return "\n".join(lines) + "\n"
+
+
+def render_scaling(modes: list[tuple[int, dict[str, list[dict]]]]) -> str:
+    """How each kernel class scales with threads: per workload (title -> its kernel_profile rows, per thread
+    count), the summed µs of each class (the kernel header's second word: loop, matmul, window, ...) at each
+    count and the speedup over the first count."""
+    counts = [n for n, _ in modes]
+    lines = ["## Scaling by kernel class", "",
+             f"Summed kernel µs (each kernel run alone) per class at {', '.join(map(str, counts))} threads, and the "
+             f"speedup of each count over {counts[0]}.", "",
+             "| workload | class | " + " | ".join(f"{n} thr µs" for n in counts) + " | " +
+             " | ".join(f"{n} thr speedup" for n in counts[1:]) + " |",
+             "|---|---|" + "---:|" * (2 * len(counts) - 1)]
+    for title in modes[0][1]:
+        per = [{} for _ in counts]
+        for i, (_, profiles) in enumerate(modes):
+            for r in profiles.get(title) or []:
+                kind = r["kernel"].split()[1]
+                per[i][kind] = per[i].get(kind, 0.0) + r["s"]
+        for kind in sorted(per[0], key=lambda k: -per[0][k]):
+            us = [p.get(kind, math.nan) * 1e6 for p in per]
+            lines.append(f"| {title} | {kind} | " + " | ".join(f"{u:,.0f}" for u in us) + " | " +
+                         " | ".join(f"{us[0] / u:.2f}x" for u in us[1:]) + " |")
+    return "\n".join(lines) + "\n"
+

@@ -139,6 +139,16 @@ def test_the_profile_listing_gives_each_kernels_rates_against_the_roofline():
     assert "roofline from 120 GFLOP/s and 25.0 GB/s" in rl.peaks_line(PEAKS)
 
 
+def test_the_scaling_table_sums_each_kernel_class_per_thread_count():
+    one = [{"kernel": "k0 matmul  gemm", "s": 4e-3}, {"kernel": "k1 loop    for [8]", "s": 1e-3},
+           {"kernel": "k2 matmul  gemm", "s": 2e-3}]
+    two = [{"kernel": "k0 matmul  gemm", "s": 2e-3}, {"kernel": "k1 loop    for [8]", "s": 1e-3},
+           {"kernel": "k2 matmul  gemm", "s": 1e-3}]
+    text = rl.render_scaling([(1, {"step": one}), (2, {"step": two})])
+    rows = [ln for ln in text.splitlines() if ln.startswith("| step")]
+    assert rows == ["| step | matmul | 6,000 | 3,000 | 2.00x |", "| step | loop | 1,000 | 1,000 | 1.00x |"]
+
+
 def test_flops_are_counted_from_the_ir():
     import gradir as gr
 

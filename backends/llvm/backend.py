@@ -40,7 +40,7 @@ from gradir.backends.numpy_backend import run as run_reference
 from gradir.core.errors import ExecutionError
 from gradir.core.ir import Graph, Value
 from gradir.core.primitive import get_primitive
-from gradir.passes.fusion import MATMUL, NUMPY, FusedProgram, fuse, kernel_header
+from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
 from gradir.util.fileio import write_atomic
 from gradir.util.gcpause import gc_paused
 
@@ -182,7 +182,7 @@ class LLVMCompiled:
         self.threads = jit.default_threads() if threads is None else max(1, int(threads))
         """Threads the big kernels share (GRADIR_NUM_THREADS, default the cores this process may use); may be
         changed between calls. Results do not depend on it: threads split only independent iterations."""
-        self._blas = any(k.kind == MATMUL for k in p.kernels)  # (BLAS is held at one thread while it runs)
+        self._blas = "gradir_blas_" in self.module_ir  # (BLAS is held at one thread while it runs)
         self._ready_plan = None  # run_with_ready's steps, cut at the kernels that finish outputs (made on first use)
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
         self._last_inputs = [None] * len(graph.inputs)

@@ -73,6 +73,15 @@ def host_shapes() -> dict[str, Shape] | None:
 SCALAR = (("llvm.loop.vectorize.enable", False), "llvm.loop.unroll.disable")  # a short or rare loop, left as is
 
 
+def describe() -> str:
+    """What computes the LLVM backend's float products on this CPU (benchmark reports name it)."""
+    shapes = host_shapes()
+    if shapes is None:
+        return "SciPy's OpenBLAS (no AVX2 and FMA here)"
+    f32 = shapes["f32"]
+    return f"gradir's gemm ({f32.lanes * 32}-bit vectors, float32 tiles {f32.mr}x{f32.nr})"
+
+
 @contextlib.contextmanager
 def counted(b: ir.IRBuilder, start, stop, step=1, name="i", hints=()):
     """`for i in range(start, stop, step)` (stop > start not required): yields i; the body is emitted inside.
@@ -320,4 +329,4 @@ def runtime() -> None:
     jit.add_symbol("gradir_free", ctypes.cast(libc.free, ctypes.c_void_p).value)
 
 
-__all__ = ["Shape", "gemm_ir", "host_shapes", "register", "runtime"]
+__all__ = ["Shape", "describe", "gemm_ir", "host_shapes", "register", "runtime"]
