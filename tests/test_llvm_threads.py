@@ -262,6 +262,24 @@ def test_a_batched_product_with_a_broadcast_weight_and_a_residual_epilogue_match
     assert "epilogue" in ex.listing and split_functions(ex) >= 1
 
 
+@pytest.mark.parametrize("split", ["defaults", "everything"])
+def test_convolution_windows_split_by_image_are_the_same_at_every_count_and_match_numpy(split, request):
+    """unfold (im2col) and fold (col2im, its gradient) each image on its own thread: bit for bit the same at
+    every count (an image's windows are computed by the same loops), and the NumPy backend's values."""
+    if split == "everything":
+        request.getfixturevalue("split_everything")
+    x, w = RNG.standard_normal((8, 4, 34, 34)), RNG.standard_normal((5, 4, 3, 3))  # windows of 83k elements
+
+    def f(x, w):
+        return gr.sum(gr.tanh(gr.nn.conv2d(x, w, padding=1, stride=2)) ** 2)
+    step = gr.value_and_grad(f, argnums=(0, 1))
+    results, ex = at_thread_counts(step, x, w, counts=(1, 2, 3))
+    assert_same_at_every_count(results, ex)
+    assert "im2col" in ex.listing and "col2im" in ex.listing and split_functions(ex) >= 2
+    for got, want in zip(results[1], flat(gr.compile(step, backend="numpy")(x, w))):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_tiny_transformers_models_match_numpy_with_every_kernel_split(split_everything):
     """Llama (GQA, rotary, RMSNorm) and a ResNet step at 1 and 2 threads, every splittable kernel split."""
     transformers = pytest.importorskip("transformers")

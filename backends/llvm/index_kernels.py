@@ -1,8 +1,10 @@
 """The kernel emitters of the ops that index rather than fuse: `ScatterKernel` index_add, `ScanKernel` cumsum
 (NumPy's order), `WindowKernel` unfold/fold (im2col and col2im). codegen.py's ModuleBuilder calls them like
-kernels.py's; none is split between threads."""
+kernels.py's. Only the window kernels are split between threads (by image: kernels.split_of)."""
 
 from __future__ import annotations
+
+import math
 
 from llvmlite import ir
 
@@ -130,11 +132,14 @@ class WindowKernel(Emitter):
         H, W = image[2:]
         (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
         b, c64 = self.b, (lambda v: ir.Constant(I64, v))
-        if n.op == "fold":
-            lp = self.loop_begin(n.size, "zero")
+        images = self.part if self.split == "batch" else (c64(0), c64(cols[0]))  # this thread's (kernels.split_of)
+        if n.op == "fold":  # (its images' part of the output, which is contiguous)
+            per_image = c64(math.prod(image[1:]))
+            lp = self.loop_range(b.mul(images[0], per_image), b.mul(images[1], per_image), "zero")
             self.store_at(self.out, lp.index, self.constant(0, n.dtype), n.dtype)
             self.loop_end(lp)
-        loops = [self.loop_begin(s, name) for s, name in zip(cols[:4], ("wn", "wc", "wi", "wj"))]
+        loops = [self.loop_range(*images, "wn")] + [self.loop_begin(s, name) for s, name in
+                                                     zip(cols[1:4], ("wc", "wi", "wj"))]
         self.nc = [lp.index for lp in loops[:2]]
         i, j = loops[2].index, loops[3].index
         dy = b.sub(b.mul(i, c64(dh)), c64(ph))  # the window's offset in the image (may be negative)

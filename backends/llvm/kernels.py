@@ -17,7 +17,7 @@ from gradir.core import dtypes
 from gradir.core.dtypes import is_float
 from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, in_kernel_value
+from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, WINDOW, in_kernel_value
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
@@ -74,6 +74,10 @@ def split_of(program, k) -> Split | None:
         if plan.loops[j].size < 2 * grain:
             return None
         return Split(j, plan.loops[j].size, grain)
+    if k.kind == WINDOW:  # unfold / fold: each image's windows are independent (fold adds within its image)
+        n = k.nodes[0]
+        cols = n.shape if n.op == "unfold" else n.inputs[0].shape
+        return Split("batch", cols[0], 1) if cols[0] >= 2 and math.prod(cols) >= PARALLEL_LOOP_WORK else None
     if k.kind == MATMUL:
         n = k.nodes[0]
         if min(x.ndim for x in n.inputs) < 2 or BLAS_GEMM.get(n.dtype) is None:
