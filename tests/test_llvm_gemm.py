@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(gemm.host_shapes() is None, reason="gradir's gem
 
 I64, P = ctypes.c_int64, ctypes.c_void_p
 SIGNATURE = ctypes.CFUNCTYPE(None, I64, I64, I64, P, I64, I64, P, I64, I64, P, I64, I64)
-AVX2 = {"f32": gemm.Shape(8, 4, 3, 256, 480), "f64": gemm.Shape(4, 4, 3, 256, 240)}  # 256-bit vectors, 16 registers
+AVX2 = gemm.blocking(256)  # what a CPU with AVX2 but not AVX-512 runs (the instructions run here too)
 
 
 @functools.cache
@@ -73,6 +73,8 @@ SIZES = st.one_of(st.integers(1, 40), st.sampled_from([47, 48, 49, 63, 64, 65, 2
 @settings(deadline=None)  # (the first call compiles the module)
 @example(M=16, N=1024, K=144, dt=np.float32, la="row", lb="col", beta=0, blocking="host")  # a CNN weight grad
 @example(M=9, N=600, K=257, dt=np.float64, la="col", lb="col", beta=1, blocking="host")  # two N and K blocks
+@example(M=13, N=50, K=37, dt=np.float32, la="row", lb="col", beta=0, blocking="avx2")  # both in-register
+@example(M=13, N=50, K=37, dt=np.float64, la="row", lb="col", beta=1, blocking="avx2")  # transposes, AVX2
 @example(M=3, N=5, K=0, dt=np.float32, la="row", lb="row", beta=0, blocking="host")  # an empty sum is zero
 def test_every_size_and_layout_matches_numpy_in_float64(M, N, K, dt, la, lb, beta, blocking):
     if M * N * K > 600 * 600 * 40:

@@ -50,24 +50,32 @@ class Shape(NamedTuple):
         return self.nv * self.lanes
 
 
-@functools.cache
-def host_shapes() -> dict[str, Shape] | None:
-    """The blocking for this CPU per element type ('f32', 'f64'), or None without AVX2 and FMA (BLAS runs)."""
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):  # 32 registers of 512 bits: 24 accumulators, the B row, a broadcast
-        vector_bits, tile = 512, (8, 3)
-    elif features.get("avx2") and features.get("fma"):  # 16 registers of 256 bits: 12 accumulators
-        vector_bits, tile = 256, (6, 2)
-    else:
-        return None
+TILES = {512: (8, 3), 256: (4, 3)}  # vector bits -> (MR, NV): AVX-512's 32 registers hold 24 accumulators, the
+# B row and a broadcast; AVX2's 16 hold 12, the B row and a broadcast. MR is a power of two: A is packed through
+# in-register transposes of MR rows (`transpose`), and edge rows are tiles of the powers of two below it.
+
+
+def blocking(vector_bits: int) -> dict[str, Shape]:
+    """The blocking per element type ('f32', 'f64') for registers of `vector_bits` (512 or 256)."""
+    mr, nv = TILES[vector_bits]
     out = {}
     for name, bits in (("f32", 32), ("f64", 64)):
         lanes = vector_bits // bits
-        nr = tile[1] * lanes
-        kc = 256
+        nr, kc = nv * lanes, 256
         nc = max(nr, (512 * 1024 // (kc * bits // 8)) // nr * nr)  # the packed B block fills about 512 KB (L2)
-        out[name] = Shape(lanes, tile[0], tile[1], kc, nc)
+        out[name] = Shape(lanes, mr, nv, kc, nc)
     return out
+
+
+@functools.cache
+def host_shapes() -> dict[str, Shape] | None:
+    """This CPU's blocking (`blocking`), or None without AVX2 and FMA (BLAS runs)."""
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return blocking(512)
+    if features.get("avx2") and features.get("fma"):
+        return blocking(256)
+    return None
 
 
 SCALAR = (("llvm.loop.vectorize.enable", False), "llvm.loop.unroll.disable")  # a short or rare loop, left as is
@@ -226,6 +234,7 @@ class GemmBuilder:
         (l * W + w): log2(W) rounds of interleaving vector i with vector i + W/2, each of which rotates the bits
         of an element's position w * L + l left by one (log2(W) rotations move w's bits below l's)."""
         L, W = self.s.lanes, len(vectors)
+        assert W & (W - 1) == 0 and W <= L, "a power of two, at most the lanes"
         i32 = ir.IntType(32)
         halves = [[j + h * L // 2 + side * L for j in range(L // 2) for side in (0, 1)] for h in (0, 1)]
         masks = [ir.Constant(ir.VectorType(i32, L), m) for m in halves]
@@ -329,4 +338,4 @@ def runtime() -> None:
     jit.add_symbol("gradir_free", ctypes.cast(libc.free, ctypes.c_void_p).value)
 
 
-__all__ = ["Shape", "describe", "gemm_ir", "host_shapes", "register", "runtime"]
+__all__ = ["Shape", "blocking", "describe", "gemm_ir", "host_shapes", "register", "runtime"]
