@@ -14,8 +14,9 @@ Functionality"), with the two inner loops swapped for the wide register tiles of
 The micro-kernel keeps an MR x NR tile of C in MR * NR / L vector registers (L lanes), and per step of k loads
 NR / L vectors of the packed B row, broadcasts MR elements of the packed A column and issues MR * NR / L fused
 multiply-adds. Packing copies each operand once per block into the contiguous, zero-padded order the
-micro-kernel reads, so its loads never miss L1/L2 and never depend on the caller's strides; partial tiles at
-the edges go through a small tile on the stack. One call runs on one thread (the pool partitions products).
+micro-kernel reads, so its loads never miss L1/L2 and never depend on the caller's strides. Edge rows run as
+tiles of the powers of two below MR, edge columns as tiles of fewer vectors whose last partial vector goes
+through a scratch tile. One call runs on one thread (the pool partitions products).
 Each element type's module is compiled once per process (or loaded from the disk cache: backend.load_module)
 when a kernel first calls it.
 """
