@@ -326,8 +326,12 @@ def gemm_ir(suffix: str, shape: Shape) -> str:
     return module_text(m)
 
 
+_REGISTERED: list[jit.JitModule] = []  # kept alive: kernels' modules call into them by address
+
+
 def register(suffix: str, module: jit.JitModule) -> None:
     """Make the compiled gemm module's product callable from kernels' modules (backend.load_module)."""
+    _REGISTERED.append(module)  # (two threads compiling at once may both register one; neither may be freed)
     jit.add_symbol(f"gradir_gemm_{suffix}", module.address(f"gradir_gemm_{suffix}"))
 
 
