@@ -50,7 +50,7 @@ class ModuleBuilder:
             self.slot[c] = base + j
         self.arena_slot = base + len(const_values)
         self.num_slots = self.arena_slot + 1
-        self._blas: dict[str, ir.Function] = {}
+        self._external: dict[str, ir.Function] = {}
         self.function_of: dict[int, int] = {}  # kernel index -> the number of the function that runs it
         self.functions: list[Kernel] = []      # per function, the kernel it was emitted from
         self.params: dict[int, list[Value]] = {}  # kernel index -> its buffers (kernel_params)
@@ -183,7 +183,7 @@ class ModuleBuilder:
         """Drop what only building the module and its tables needed (`table` still works, more slowly)."""
         self.params = {}
         self.module = None
-        self._blas = {}
+        self._external = {}
 
     def driver(self) -> None:
         """`i32 gradir_run(i8** slots, i64* table, i64 steps, i64* failed, i64 threads)`: for each of `steps`
@@ -235,14 +235,12 @@ class ModuleBuilder:
         b.position_at_end(done)
         b.ret(ir.Constant(I32, 0))
 
-    def blas(self, name: str) -> ir.Function:
-        """BLAS routine `name` (backend.load_module registers SciPy's), or gemm.py's `gradir_gemm_f32/f64`."""
-        if name not in self._blas:
-            fnty = (ir.FunctionType(ir.VoidType(), [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64])
-                    if name.startswith("gradir_gemm_") else ir.FunctionType(ir.VoidType(), [PTR] * 13))
-            self._blas[name] = ir.Function(self.module, fnty, name=name if name.startswith("gradir_") else
-                                           f"gradir_blas_{name}")
-        return self._blas[name]
+    def external(self, name: str, fnty: ir.FunctionType) -> ir.Function:
+        """A function of another module, declared once (backend.load_module registers its address first): a
+        BLAS routine `gradir_blas_sgemm`, gemm.py's `gradir_gemm_f32`, ..."""
+        if name not in self._external:
+            self._external[name] = ir.Function(self.module, fnty, name=name)
+        return self._external[name]
 
 
 __all__ = ["LoopKernel", "MatmulKernel", "ModuleBuilder", "ScanKernel", "ScatterKernel", "WindowKernel"]

@@ -34,8 +34,10 @@ from llvmlite import ir
 from . import jit
 from .emitter import loop_id, module_text
 
-I1, I64, PTR = ir.IntType(1), ir.IntType(64), ir.PointerType()
+I64, PTR = ir.IntType(64), ir.PointerType()
 VOID = ir.VoidType()
+SIGNATURE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64])
+"""gradir_gemm_f32/f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta), as kernels' modules declare it."""
 
 
 class Shape(NamedTuple):
@@ -125,7 +127,7 @@ class GemmBuilder:
         self.vec = ir.VectorType(ty, shape.lanes)
         self.size = 4 if isinstance(ty, ir.FloatType) else 8
         name = f"llvm.fma.v{shape.lanes}f{self.size * 8}"  # (llvmlite names no vector intrinsics itself)
-        self.fma = module.globals.get(name) or ir.Function(module, ir.FunctionType(self.vec, [self.vec] * 3), name)
+        self.fma = ir.Function(module, ir.FunctionType(self.vec, [self.vec] * 3), name)
         self.edge = self.edge_store()
 
     def edge_store(self) -> ir.Function:
@@ -247,12 +249,9 @@ class GemmBuilder:
         s, ty = self.s, self.ty
         heights = sorted({s.mr} | {1 << e for e in range(s.mr.bit_length()) if 1 << e < s.mr}, reverse=True)
         tiles = {(mr, nv): self.micro_kernel(mr, nv) for mr in heights for nv in range(1, s.nv + 1)}
-        malloc = self.m.globals.get("gradir_malloc") or ir.Function(self.m, ir.FunctionType(PTR, [I64]),
-                                                                     name="gradir_malloc")
-        free = self.m.globals.get("gradir_free") or ir.Function(self.m, ir.FunctionType(VOID, [PTR]),
-                                                                 name="gradir_free")
-        fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64]),
-                         name=f"gradir_gemm_{self.suffix}")
+        malloc = ir.Function(self.m, ir.FunctionType(PTR, [I64]), name="gradir_malloc")
+        free = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name="gradir_free")
+        fn = ir.Function(self.m, SIGNATURE, name=f"gradir_gemm_{self.suffix}")
         M, N, K, a, sam, sak, bm, sbk, sbn, c, ldc, beta = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         zero = ir.Constant(ty, 0.0)
@@ -343,4 +342,4 @@ def runtime() -> None:
     jit.add_symbol("gradir_free", ctypes.cast(libc.free, ctypes.c_void_p).value)
 
 
-__all__ = ["Shape", "blocking", "describe", "gemm_ir", "host_shapes", "register", "runtime"]
+__all__ = ["SIGNATURE", "Shape", "blocking", "describe", "gemm_ir", "host_shapes", "register", "runtime"]

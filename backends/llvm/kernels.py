@@ -21,7 +21,7 @@ from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, WINDOW, i
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
-from .gemm import host_shapes
+from .gemm import SIGNATURE, host_shapes
 
 PARALLEL_LOOP_WORK = 1 << 16    # loop kernels below this many element-ops (elements x nodes) run on one thread
 PARALLEL_MATMUL_WORK = 1 << 18  # products below this many multiply-adds run on one thread
@@ -36,6 +36,7 @@ GEMM_PIECE = 1 << 22            # and at least this many multiply-adds: OpenBLAS
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
+FORTRAN_GEMM = ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 13)  # every argument by pointer
 OWN_GEMM = {dtypes.float32: "gradir_gemm_f32", dtypes.float64: "gradir_gemm_f64"} if host_shapes() else {}
 # gemm.py's products, where the CPU has AVX2 and FMA: any strides; BLAS (SciPy's OpenBLAS) elsewhere
 
@@ -509,7 +510,7 @@ class MatmulKernel(Emitter):
             offs = [b.add(a_off, b.mul(lo, ir.Constant(I64, self.a_mat[0]))), b_off,
                     b.add(c_off, b.mul(lo, ir.Constant(I64, N)))]
             rows = b.sub(hi, lo)
-        if n.dtype in OWN_GEMM and (rows is not None or M * N * K >= SMALL_MATMUL):
+        if n.dtype in OWN_GEMM and M * N * K >= SMALL_MATMUL:  # (split_of splits only such products)
             self.call_own_gemm(*offs, rows)
         elif rows is not None:
             self.call_gemm(blas, la, lb, *offs, rows=self.b.trunc(rows, I32))
@@ -561,7 +562,7 @@ class MatmulKernel(Emitter):
                 cell(I32, K), cell(ty, 1.0),
                 self.element_ptr(self.B.owner, b_off), cell(I32, ldb), self.element_ptr(self.A.owner, a_off),
                 cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
-        b.call(self.mb.blas(gemm), args)
+        b.call(self.mb.external(f"gradir_blas_{gemm}", FORTRAN_GEMM), args)
 
     def call_own_gemm(self, a_off, b_off, c_off, rows=None):
         """gemm.py's product on the operands' own strides; `rows`: this thread's rows (a run-time value)."""
@@ -571,7 +572,7 @@ class MatmulKernel(Emitter):
                 self.element_ptr(self.A.owner, a_off), i64(self.a_mat[0]), i64(self.a_mat[1]),
                 self.element_ptr(self.B.owner, b_off), i64(self.b_mat[0]), i64(self.b_mat[1]),
                 self.element_ptr(self.C.owner, c_off), i64(N), i64(0 if self.k.epilogue is None else 1)]
-        self.b.call(self.mb.blas(OWN_GEMM[self.n.dtype]), args)
+        self.b.call(self.mb.external(OWN_GEMM[self.n.dtype], SIGNATURE), args)
 
     def loop_matmul(self, a_off, b_off, c_off):
         b = self.b
