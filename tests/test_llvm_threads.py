@@ -307,3 +307,18 @@ def test_a_split_product_whose_output_is_reshaped_before_its_epilogue_matches_nu
         return gr.sum(gr.tanh(gr.reshape(a @ b, (1, 32, 1, 40)) + r))
     ex = against_numpy(gr.value_and_grad(f, argnums=(0, 1, 2)), a, b, r, rtol=1e-12, atol=1e-13)
     assert "epilogue" in ex.listing and split_functions(ex) >= 1
+
+
+@pytest.mark.parametrize("residual_layout", ["row-major", "batch axes swapped"])
+def test_a_split_linear_layer_on_a_3d_input_fills_its_epilogue_right(split_everything, residual_layout):
+    """x (B, T, C) @ W is one (B*T, C) @ (C, N) product written into out (B, T, N). Its epilogue (C starts as the
+    residual) is filled over the product's rows: through the residual's strides when a view can say them (row-major),
+    else by unravelling each row into (B, T) (a residual stored with T before B)."""
+    x, w = RNG.standard_normal((8, 16, 24)), RNG.standard_normal((24, 40))
+    r = RNG.standard_normal((8, 16, 40) if residual_layout == "row-major" else (16, 8, 40))
+
+    def f(x, w, r):
+        res = r if residual_layout == "row-major" else gr.transpose(r, (1, 0, 2))
+        return gr.sum(gr.tanh(x @ w + res))
+    ex = against_numpy(gr.value_and_grad(f, argnums=(0, 1, 2)), x, w, r, rtol=1e-12, atol=1e-13)
+    assert "epilogue" in ex.listing and split_functions(ex) >= 1

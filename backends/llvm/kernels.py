@@ -16,7 +16,7 @@ from llvmlite import ir
 from gradir.core import dtypes
 from gradir.core.dtypes import is_float
 from gradir.core.ir import Value
-from gradir.passes.aliasing import c_strides
+from gradir.passes.aliasing import c_strides, nocopy_reshape
 from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, WINDOW, in_kernel_value
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
@@ -527,19 +527,27 @@ class MatmulKernel(Emitter):
         rows; None: all of C). out holds the product's elements in C order, but its shape may differ (a batch
         folded into the rows, a reshape): then the product's coordinates are unravelled into out's."""
         product = tuple(self.batch) + self.dims[:2]
-        loops = [self.loop_range(*self.part, f"c{d}") if d == ranged else self.loop_begin(s, f"c{d}")
-                 for d, s in enumerate(product if ranged is not None else out.shape)]
-        c = [lp.index for lp in loops]
+        constant = bias in self.program.immediates or bias.op == "const" and not bias.ndim
+        acc = None if constant else self.program.access[bias]
+        shape, bias_strides = out.shape, None if constant else acc.strides
         if ranged is not None and tuple(out.shape) != product:
-            b, flat = self.b, self.linear(c, c_strides(product, 1))
-            c = [b.urem(b.udiv(flat, ir.Constant(I64, stride)), ir.Constant(I64, size))
-                 for stride, size in zip(c_strides(out.shape, 1), out.shape)]
-        if bias in self.program.immediates or bias.op == "const" and not bias.ndim:
+            shape = product  # the bias's strides over the product's axes, where a view can say them
+            bias_strides = None if constant else nocopy_reshape(out.shape, acc.strides, product, 1)
+        loops = [self.loop_range(*self.part, f"c{d}") if d == ranged else self.loop_begin(s, f"c{d}")
+                 for d, s in enumerate(shape)]
+        c = [lp.index for lp in loops]
+        if constant:
             value = self.constant(self.program.immediates.get(bias, bias).attrs["value"].item(), bias.dtype)
         else:
-            acc = self.program.access[bias]
-            value = self.load_at(acc.owner, self.linear(c, acc.strides, acc.offset), bias.dtype)
-        self.store_at(self.C.owner, self.linear(c, c_strides(out.shape, 1), self.C.offset), value, out.dtype)
+            if bias_strides is None:  # unravel the product's coordinates into out's (a division per element)
+                b, flat = self.b, self.linear(c, c_strides(product, 1))
+                oc = [b.urem(b.udiv(flat, ir.Constant(I64, stride)), ir.Constant(I64, size))
+                      for stride, size in zip(c_strides(out.shape, 1), out.shape)]
+                at = self.linear(oc, acc.strides, acc.offset)
+            else:
+                at = self.linear(c, bias_strides, acc.offset)
+            value = self.load_at(acc.owner, at, bias.dtype)
+        self.store_at(self.C.owner, self.linear(c, c_strides(shape, 1), self.C.offset), value, out.dtype)
         for lp in reversed(loops):
             self.loop_end(lp)
 
