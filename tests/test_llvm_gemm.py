@@ -19,7 +19,7 @@ from gradir.backends.llvm import backend, gemm, jit
 pytestmark = pytest.mark.skipif(gemm.host_shapes() is None, reason="gradir's gemm needs AVX2 and FMA")
 
 I64, P = ctypes.c_int64, ctypes.c_void_p
-SIGNATURE = ctypes.CFUNCTYPE(None, I64, I64, I64, P, I64, I64, P, I64, I64, P, I64, I64)
+SIGNATURE = ctypes.CFUNCTYPE(None, I64, I64, I64, P, I64, I64, P, I64, I64, P, I64, I64, I64, P)
 AVX2 = gemm.blocking(256)  # what a CPU with AVX2 but not AVX-512 runs (the instructions run here too)
 
 
@@ -33,13 +33,16 @@ def module(suffix: str, blocking: str):
 
 
 def product(a, b, c, beta, blocking="host", rows=None):
-    """C[:rows] = A[:rows] @ B + beta * C[:rows] through gradir_gemm_f32/f64 on the arrays' own strides."""
+    """C[..., :rows, :] = A[..., :rows, :] @ B + beta * C[..., :rows, :] through gradir_gemm_f32/f64 on the arrays'
+    own strides, over their batch axes (A's, B's and C's leading axes: broadcast ones have stride 0)."""
     suffix = {np.float32: "f32", np.float64: "f64"}[a.dtype.type]
     fn = SIGNATURE(module(suffix, blocking).address(f"gradir_gemm_{suffix}"))
     e = a.itemsize
-    fn(a.shape[0] if rows is None else rows, b.shape[1], a.shape[1], a.ctypes.data, a.strides[0] // e,
-       a.strides[1] // e, b.ctypes.data, b.strides[0] // e, b.strides[1] // e, c.ctypes.data, c.strides[0] // e,
-       beta)
+    batch = np.array([(n, sa // e, sb // e, sc // e) for n, sa, sb, sc in
+                      zip(c.shape[:-2], a.strides[:-2], b.strides[:-2], c.strides[:-2])], np.int64).reshape(-1)
+    fn(a.shape[-2] if rows is None else rows, b.shape[-1], a.shape[-1], a.ctypes.data, a.strides[-2] // e,
+       a.strides[-1] // e, b.ctypes.data, b.strides[-2] // e, b.strides[-1] // e, c.ctypes.data,
+       c.strides[-2] // e, beta, c.ndim - 2, batch.ctypes.data)
 
 
 def operand(rng, rows, cols, dt, layout):
@@ -95,3 +98,27 @@ def test_results_do_not_depend_on_the_blocking_or_on_splitting_the_rows(dt):
     product(a[:13], b, pieces[:13], 1, rows=13)
     product(a[13:], b, pieces[13:], 1, rows=M - 13)
     np.testing.assert_array_equal(pieces, whole)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_a_batched_call_is_the_products_one_by_one(dt):
+    """One call over a batch of two axes (attention's batch and heads): a strided A viewed as (B, H, T, d) of a
+    (B, T, H, d) buffer, a B broadcast over the first axis (stride 0), an empty sum and an empty batch; bit for bit
+    the calls one element at a time, and within rounding NumPy's float64 product."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 70, 4, 40)).astype(dt).transpose(0, 2, 1, 3)
+    b = np.broadcast_to(rng.standard_normal((4, 40, 50)).astype(dt), (3, 4, 40, 50))
+    c0 = rng.standard_normal((3, 4, 70, 50)).astype(dt)
+    batched, one_by_one = c0.copy(), c0.copy()
+    product(a, b, batched, 1)
+    for i in range(3):
+        for h in range(4):
+            product(a[i, h], b[i, h], one_by_one[i, h], 1)
+    np.testing.assert_array_equal(batched, one_by_one)
+    want = a.astype(np.float64) @ b.astype(np.float64) + c0
+    np.testing.assert_allclose(batched, want, rtol=0, atol=50 * np.finfo(dt).eps * np.abs(want).max())
+    empty = np.full((3, 4, 70, 50), np.nan, dt)
+    product(a[..., :0], b[:, :, :0], empty, 0)
+    np.testing.assert_array_equal(empty, 0)
+    nothing = np.full((0, 4, 70, 50), np.nan, dt)
+    product(a[:0], b[:0], nothing, 0)  # no batch elements: nothing to do (and no crash)

@@ -11,6 +11,7 @@ match NumPy's, which rounds each op's result too), i64/i32 for integers, i1 for 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from typing import TYPE_CHECKING
@@ -51,6 +52,28 @@ def loop_id(module: ir.Module, *hints) -> ir.MDValue:
         return [ir.MetaDataString(module, name), ir.Constant(I1 if isinstance(value, bool) else I32, int(value))]
     mark = ir.MetaDataString(module, f"{LOOP_ID_MARK}{next(_loop_ids)}")
     return module.add_metadata([mark] + [module.add_metadata(hint(h)) for h in hints])
+
+
+@contextlib.contextmanager
+def counted(b: ir.IRBuilder, start, stop, step=1, name="i", hints=()):
+    """`for i in range(start, stop, step)` (stop > start not required): yields i; the body is emitted inside.
+    `hints`: for LLVM's loop passes (emitter.loop_id), e.g. SCALAR (vectorizing and unrolling a loop of a few
+    iterations costs compile time and buys nothing)."""
+    start, stop, step = (ir.Constant(I64, v) if isinstance(v, int) else v for v in (start, stop, step))
+    pre = b.block
+    head, body, done = (b.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body, done)
+    b.position_at_end(body)
+    yield i
+    i.add_incoming(b.add(i, step), b.block)
+    latch = b.branch(head)
+    if hints:
+        latch.set_metadata("llvm.loop", loop_id(b.module, *hints))
+    b.position_at_end(done)
 
 
 def module_text(module: ir.Module) -> str:

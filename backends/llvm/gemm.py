@@ -1,8 +1,10 @@
 """gradir's own matrix product, in LLVM IR: a packed, register-blocked gemm for the host's vector ISA.
 
-`gradir_gemm_f32` / `gradir_gemm_f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta)` compute
+`gradir_gemm_f32` / `gradir_gemm_f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta, nbatch, batch)` compute
 C = A @ B + beta * C (beta 0 or 1) for an M x K matrix A and a K x N matrix B at any element strides
-(A[i, k] = A[i * sam + k * sak]; a transpose is just other strides) into a row-major C with row stride ldc.
+(A[i, k] = A[i * sam + k * sak]; a transpose is just other strides) into a row-major C with row stride ldc,
+for every element of a batch of any number of axes (`batch`: each axis's size and the three operands' strides
+along it; attention's products over batch and heads are one call that packs into one buffer).
 The structure is BLIS's (Van Zee and van de Geijn, "BLIS: A Framework for Rapidly Instantiating BLAS
 Functionality"), with the two inner loops swapped for the wide register tiles of AVX-512:
 
@@ -23,7 +25,6 @@ when a kernel first calls it.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 from typing import NamedTuple
@@ -32,12 +33,14 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from . import jit
-from .emitter import loop_id, module_text
+from .emitter import counted, module_text
 
 I64, PTR = ir.IntType(64), ir.PointerType()
 VOID = ir.VoidType()
-SIGNATURE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64])
-"""gradir_gemm_f32/f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta), as kernels' modules declare it."""
+SIGNATURE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64, I64, PTR])
+"""gradir_gemm_f32/f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta, nbatch, batch), as kernels' modules
+declare it: `batch` points to nbatch rows of (count, A's stride, B's stride, C's stride), outermost axis first."""
+ONE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR])
 
 
 class Shape(NamedTuple):
@@ -91,28 +94,6 @@ def describe() -> str:
         return "SciPy's OpenBLAS (no AVX2 and FMA here)"
     f32 = shapes["f32"]
     return f"gradir's gemm ({f32.lanes * 32}-bit vectors, float32 tiles {f32.mr}x{f32.nr})"
-
-
-@contextlib.contextmanager
-def counted(b: ir.IRBuilder, start, stop, step=1, name="i", hints=()):
-    """`for i in range(start, stop, step)` (stop > start not required): yields i; the body is emitted inside.
-    `hints`: for LLVM's loop passes (emitter.loop_id), e.g. SCALAR (vectorizing and unrolling a loop of a few
-    iterations costs compile time and buys nothing)."""
-    start, stop, step = (ir.Constant(I64, v) if isinstance(v, int) else v for v in (start, stop, step))
-    pre = b.block
-    head, body, done = (b.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name=name)
-    i.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", i, stop), body, done)
-    b.position_at_end(body)
-    yield i
-    i.add_incoming(b.add(i, step), b.block)
-    latch = b.branch(head)
-    if hints:
-        latch.set_metadata("llvm.loop", loop_id(b.module, *hints))
-    b.position_at_end(done)
 
 
 def c64(v: int) -> ir.Constant:
@@ -249,10 +230,9 @@ class GemmBuilder:
         s, ty = self.s, self.ty
         heights = sorted({s.mr} | {1 << e for e in range(s.mr.bit_length()) if 1 << e < s.mr}, reverse=True)
         tiles = {(mr, nv): self.micro_kernel(mr, nv) for mr in heights for nv in range(1, s.nv + 1)}
-        malloc = ir.Function(self.m, ir.FunctionType(PTR, [I64]), name="gradir_malloc")
-        free = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name="gradir_free")
-        fn = ir.Function(self.m, SIGNATURE, name=f"gradir_gemm_{self.suffix}")
-        M, N, K, a, sam, sak, bm, sbk, sbn, c, ldc, beta = fn.args
+        fn = ir.Function(self.m, ONE, name=f"gemm_one_{self.suffix}")
+        fn.linkage = "internal"
+        M, N, K, a, sam, sak, bm, sbk, sbn, c, ldc, beta, bp = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         zero = ir.Constant(ty, 0.0)
         smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
@@ -260,10 +240,7 @@ class GemmBuilder:
             with counted(b, 0, M, name="zi", hints=SCALAR) as i, counted(b, 0, N, name="zj", hints=SCALAR) as j:
                 # an empty sum is 0
                 b.store(zero, self.at(b, c, b.add(b.mul(i, ldc), j)))
-        # one allocation: the packed B block, the packed A panel, the edge tile; no bigger than the product needs
-        block = b.mul(smin(K, c64(s.kc)), b.mul(b.udiv(b.add(smin(N, c64(s.nc)), c64(s.nr - 1)), c64(s.nr)),
-                                                 c64(s.nr)))
-        bp = b.call(malloc, [b.mul(b.add(block, c64(s.kc * s.mr + s.mr * s.nr)), c64(self.size))])
+        block = self.block_elements(b, N, K)
         ap = self.at(b, bp, block)
         scratch = self.at(b, ap, c64(s.kc * s.mr))
         with counted(b, 0, N, s.nc, name="jc") as jc:
@@ -310,6 +287,48 @@ class GemmBuilder:
                                                            tile_beta, cols, scratch])
                                     b.branch(done)
                                 b.position_at_end(done)
+        b.ret_void()
+        return self.batched(fn)
+
+    def block_elements(self, b, N, K):
+        """Elements of the packed B block: min(K, KC) rows of min(N, NC) columns rounded up to whole panels."""
+        s = self.s
+        smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
+        return b.mul(smin(K, c64(s.kc)), b.mul(b.udiv(b.add(smin(N, c64(s.nc)), c64(s.nr - 1)), c64(s.nr)),
+                                               c64(s.nr)))
+
+    def batched(self, one: ir.Function) -> ir.Function:
+        """The exported function: one allocation (the packed B block, the packed A panel, the edge tile), then
+        `one` on every batch element, its operands' offsets unravelled from a flat counter over the batch."""
+        s = self.s
+        malloc = ir.Function(self.m, ir.FunctionType(PTR, [I64]), name="gradir_malloc")
+        free = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name="gradir_free")
+        fn = ir.Function(self.m, SIGNATURE, name=f"gradir_gemm_{self.suffix}")
+        M, N, K, a, sam, sak, bm, sbk, sbn, c, ldc, beta, nbatch, batch = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        field = lambda d, f: b.load(b.gep(batch, [b.add(b.mul(d, c64(4)), c64(f))], source_etype=I64, inbounds=True),
+                                     typ=I64)
+        total = b.alloca(I64)
+        b.store(c64(1), total)
+        with counted(b, 0, nbatch, name="nb", hints=SCALAR) as d:
+            b.store(b.mul(b.load(total, typ=I64), field(d, 0)), total)
+        bp = b.call(malloc, [b.mul(b.add(self.block_elements(b, N, K), c64(s.kc * s.mr + s.mr * s.nr)),
+                                   c64(self.size))])
+        rest, offsets = b.alloca(I64), [b.alloca(I64) for _ in range(3)]
+        with counted(b, 0, b.load(total, typ=I64), name="t") as t:
+            b.store(t, rest)
+            for o in offsets:
+                b.store(c64(0), o)
+            with counted(b, 0, nbatch, name="ax", hints=SCALAR) as j:  # innermost axis first
+                d = b.sub(b.sub(nbatch, c64(1)), j)
+                count, left = field(d, 0), b.load(rest, typ=I64)
+                i = b.urem(left, count)
+                b.store(b.udiv(left, count), rest)
+                for f, o in enumerate(offsets, 1):
+                    b.store(b.add(b.load(o, typ=I64), b.mul(i, field(d, f))), o)
+            oa, ob, oc = (b.load(o, typ=I64) for o in offsets)
+            b.call(one, [M, N, K, self.at(b, a, oa), sam, sak, self.at(b, bm, ob), sbk, sbn, self.at(b, c, oc),
+                         ldc, beta, bp])
         b.call(free, [bp])
         b.ret_void()
         return fn

@@ -466,6 +466,12 @@ def gemm_operands(program, k):
     return A, ash, ast, B, bsh, bst
 
 
+def batch_strides(batch, shape, strides) -> list[int]:
+    """An operand's strides along the product's batch axes `batch` (0 where it is broadcast)."""
+    lead = len(batch) - (len(shape) - 2)
+    return [0] * lead + [0 if sh == 1 and bb != 1 else st for sh, st, bb in zip(shape[:-2], strides[:-2], batch[lead:])]
+
+
 class MatmulKernel(Emitter):
     """C = A @ B with NumPy's matmul shapes, per batch element, from at least SMALL_MATMUL multiply-adds on:
     gemm.py's product on the operands' strides (float32/float64 on CPUs with AVX2 and FMA), else BLAS gemm
@@ -478,14 +484,9 @@ class MatmulKernel(Emitter):
         N = bsh[-1]
         batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
         nb = len(batch)
-
-        def batch_strides(shape, strides):
-            lead = nb - (len(shape) - 2)
-            return [0] * lead + [0 if sh == 1 and bb != 1 else st
-                                 for sh, st, bb in zip(shape[:-2], strides[:-2], batch[lead:])]
         self.dims = (M, N, K)
         self.batch = batch
-        self.a_batch, self.b_batch = batch_strides(ash, ast), batch_strides(bsh, bst)
+        self.a_batch, self.b_batch = batch_strides(batch, ash, ast), batch_strides(batch, bsh, bst)
         self.c_batch = list(c_strides(batch + (M, N), 1))[:nb]
         self.a_mat, self.b_mat = ast[-2:], bst[-2:]
         out = next((v for v in (self.k.epilogue, self.k.transposed) if v is not None), n)
@@ -495,6 +496,10 @@ class MatmulKernel(Emitter):
         ranged = {"batch": 0, "m": nb}.get(self.split)
         if self.k.epilogue is not None:  # C starts as the bias; the product is added to it (beta = 1)
             self.fill_bias(out, self.k.bias, ranged)
+        if n.dtype in OWN_GEMM and M * N * K >= SMALL_MATMUL:  # (split_of splits only such products)
+            self.call_own_gemm()  # one call: the gemm runs the batch itself
+            self.finish()
+            return
         loops = [self.loop_range(*self.part, f"b{d}") if ranged == d else self.loop_begin(s, f"b{d}")
                  for d, s in enumerate(batch)]
         idx = [lp.index for lp in loops]
@@ -510,9 +515,7 @@ class MatmulKernel(Emitter):
             offs = [b.add(a_off, b.mul(lo, ir.Constant(I64, self.a_mat[0]))), b_off,
                     b.add(c_off, b.mul(lo, ir.Constant(I64, N)))]
             rows = b.sub(hi, lo)
-        if n.dtype in OWN_GEMM and M * N * K >= SMALL_MATMUL:  # (split_of splits only such products)
-            self.call_own_gemm(*offs, rows)
-        elif rows is not None:
+        if rows is not None:
             self.call_gemm(blas, la, lb, *offs, rows=self.b.trunc(rows, I32))
         elif M * N * K >= SMALL_MATMUL and blas is not None and la and lb:
             self.call_gemm(blas, la, lb, *offs)
@@ -572,15 +575,35 @@ class MatmulKernel(Emitter):
                 cell(I32, lda), cell(ty, beta), self.element_ptr(self.C.owner, c_off), cell(I32, max(N, 1))]
         b.call(self.mb.external(f"gradir_blas_{gemm}", FORTRAN_GEMM), args)
 
-    def call_own_gemm(self, a_off, b_off, c_off, rows=None):
-        """gemm.py's product on the operands' own strides; `rows`: this thread's rows (a run-time value)."""
+    def call_own_gemm(self):
+        """gemm.py's product on the operands' own strides, over the whole batch in one call (a thread's part: a
+        range of the first batch axis or of C's rows)."""
+        b = self.b
         M, N, K = self.dims
         i64 = lambda v: ir.Constant(I64, v)
-        args = [rows if rows is not None else i64(M), i64(N), i64(K),
+        offsets = [i64(acc.offset) for acc in (self.A, self.B, self.C)]
+        counts, rows = [i64(size) for size in self.batch], i64(M)
+        if self.split is not None:
+            lo, hi = self.part
+            steps = ((self.a_batch[0], self.b_batch[0], self.c_batch[0]) if self.split == "batch"
+                     else (self.a_mat[0], 0, N))
+            offsets = [b.add(o, b.mul(lo, i64(step))) for o, step in zip(offsets, steps)]
+            if self.split == "batch":
+                counts[0] = b.sub(hi, lo)
+            else:
+                rows = b.sub(hi, lo)
+        table = self.entry_alloca(ir.ArrayType(I64, 4 * max(len(counts), 1)))
+        for d, fields in enumerate(zip(counts, self.a_batch, self.b_batch, self.c_batch)):
+            for f, v in enumerate(fields):
+                at = b.gep(table, [i64(0), i64(4 * d + f)], inbounds=True)
+                b.store(v if isinstance(v, ir.Value) else i64(v), at)
+        a_off, b_off, c_off = offsets
+        args = [rows, i64(N), i64(K),
                 self.element_ptr(self.A.owner, a_off), i64(self.a_mat[0]), i64(self.a_mat[1]),
                 self.element_ptr(self.B.owner, b_off), i64(self.b_mat[0]), i64(self.b_mat[1]),
-                self.element_ptr(self.C.owner, c_off), i64(N), i64(0 if self.k.epilogue is None else 1)]
-        self.b.call(self.mb.external(OWN_GEMM[self.n.dtype], SIGNATURE), args)
+                self.element_ptr(self.C.owner, c_off), i64(N), i64(0 if self.k.epilogue is None else 1),
+                i64(len(counts)), table]
+        b.call(self.mb.external(OWN_GEMM[self.n.dtype], SIGNATURE), args)
 
     def loop_matmul(self, a_off, b_off, c_off):
         b = self.b
