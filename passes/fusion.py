@@ -539,6 +539,24 @@ def in_kernel_value(k: Kernel, u: Value) -> Value | None:
 
 # -- materialization and the arena -----------------------------------------------------------------
 
+def _folds_after_their_products(kernels: list[Kernel], kernel_of: dict[Value, Kernel]) -> list[Kernel]:
+    """Each fold (col2im) moved up to run right after the kernel computing its columns (a convolution's input
+    gradient: the product, then its fold), where the schedule put other work between them: its one input is
+    ready there, and its output is read only by kernels after it. The columns die sooner, and a backend may run
+    the product and the fold image by image (backends/llvm/chains.py). Kernels are renumbered in their new order."""
+    for c in [k for k in kernels if k.kind == WINDOW and k.nodes[0].op == "fold"]:
+        root = c.nodes[0].inputs[0]
+        while root.op in VIEWS and root not in kernel_of:
+            root = root.inputs[0]
+        if root in kernel_of:
+            i, j = kernels.index(kernel_of[root]), kernels.index(c)
+            if j > i + 1:
+                kernels.insert(i + 1, kernels.pop(j))
+    for i, k in enumerate(kernels):
+        k.index = i
+    return kernels
+
+
 def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str] | None = None) -> FusedProgram:
     """Group `graph`'s nodes (run in `order`, a schedule; default graph order) into kernels, decide
     which values are stored, and place the stored intermediates in one arena.
@@ -547,7 +565,7 @@ def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str]
     whose op is not in it gets a NumPy fallback kernel of its own, and the listing says so. None: every op
     fusion can place (the elementwise primitives and KERNEL_OPS), the kernels as no backend limits them."""
     fuser = _Fuser(graph, order, renders)
-    kernels = fuser.run()
+    kernels = _folds_after_their_products(fuser.run(), fuser.kernel_of)
     kernel_of, access = fuser.kernel_of, fuser.access
 
     # graph outputs that are views, inputs, constants or already returned: a copy loop writes them

@@ -74,3 +74,13 @@ def eager_backend(request):
     gradir.api.transforms.EAGER_BACKEND = request.param
     yield request.param
     gradir.api.transforms.EAGER_BACKEND = before
+
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Every kernel that may be split is split, at the finest grain (so small programs test the partitions,
+    including vector bodies and scalar tails that differ from one thread's)."""
+    from gradir.backends.llvm import kernels
+    for name, value in (("PARALLEL_LOOP_WORK", 0), ("PARALLEL_MATMUL_WORK", 0), ("LOOP_GRAIN", 1),
+                        ("GEMM_GRAIN", 1), ("GEMM_PIECE", 1)):
+        monkeypatch.setattr(kernels, name, value)

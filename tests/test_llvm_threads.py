@@ -14,7 +14,7 @@ import threadpoolctl
 from hypothesis import HealthCheck, given, settings
 
 import gradir as gr
-from gradir.backends.llvm import jit, kernels
+from gradir.backends.llvm import jit
 from gradir.backends.llvm.pool import pool_module
 from tests.random_programs import make_inputs, programs
 from tests.random_programs import run as run_program
@@ -132,15 +132,6 @@ def test_big_matmuls_with_transposes_split_by_rows(ta, tb):
     assert_same_at_every_count(results, ex)
     assert split_functions(ex) >= 1
     np.testing.assert_allclose(results[0][0], np.tanh(a @ w) * 2.0, rtol=2e-5, atol=2e-5)
-
-
-@pytest.fixture
-def split_everything(monkeypatch):
-    """Every kernel that may be split is split, at the finest grain (so small programs test the partitions,
-    including vector bodies and scalar tails that differ from one thread's)."""
-    for name, value in (("PARALLEL_LOOP_WORK", 0), ("PARALLEL_MATMUL_WORK", 0), ("LOOP_GRAIN", 1),
-                        ("GEMM_GRAIN", 1), ("GEMM_PIECE", 1)):
-        monkeypatch.setattr(kernels, name, value)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # (it is constant)

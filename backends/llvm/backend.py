@@ -151,13 +151,9 @@ class LLVMCompiled:
         mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts,
                            parallel=pool_module() is not None)
         self.module_ir = module_text(mb.build([k for s in compiled for k in s]))
-        self._table = mb.table
-        # a compiled segment runs as (its kernels, its table, the table's address); a NumPy fallback kernel
-        # as itself (addresses are taken once: `.ctypes.data` costs a microsecond a call)
-        self.steps = []
-        for s in steps:
-            table = mb.table(s) if isinstance(s, list) else None
-            self.steps.append((s, table, table.ctypes.data) if table is not None else s)
+        self._builder = mb  # (its tables: run_with_ready and profile build their own)
+        self.chains = mb.chains  # kernel index -> the next kernel's, run image by image with it (chains.py)
+        self.steps = [self._compiled_step(s, mb) if isinstance(s, list) else s for s in steps]
         mb.release()  # LLVM's compile is the peak of memory: drop the build's bookkeeping first
         self.jit, self.origin = load_module(self.module_ir)
         self._driver = _DRIVER(self.jit.address("gradir_run"))
@@ -217,6 +213,10 @@ class LLVMCompiled:
         for f, names in sorted(runs.items()):
             shown = ", ".join(names[:6]) + (f", ... ({len(names)} kernels)" if len(names) > 6 else "")
             lines.append(f"  @{self.functions[f]} runs {shown}")
+        if self.chains:
+            names = self.program.kernels
+            pairs = ", ".join(f"{names[p].name}+{names[c].name}" for p, (c, _) in self.chains.items())
+            lines.append(f"image by image (each image's columns still in cache for the second kernel): {pairs}")
         return "\n".join(lines)
 
     @property
@@ -253,6 +253,14 @@ class LLVMCompiled:
                 on_ready(pos, outs[pos])
             return outs
 
+    @staticmethod
+    def _compiled_step(kernels: list, mb: ModuleBuilder) -> tuple:
+        """A compiled segment as it runs: (its kernels, its table, the table's address, the kernel starting each
+        table entry); a NumPy fallback kernel runs as itself (addresses are taken once: `.ctypes.data` costs a
+        microsecond a call)."""
+        table = mb.table(kernels)
+        return kernels, table, table.ctypes.data, [run[0] for run in mb.entries_of(kernels)]
+
     def _split_at_outputs(self):
         """The steps cut after every kernel that finishes an output, and which outputs each step finishes."""
         finisher = {}
@@ -272,13 +280,11 @@ class LLVMCompiled:
                 part.append(k)
                 done = [p for n in k.outputs for p in finisher.get(n, ())]
                 if done:
-                    table = self._table(part)
-                    steps.append((part, table, table.ctypes.data))
+                    steps.append(self._compiled_step(part, self._builder))
                     ready_after[len(steps) - 1] = done
                     part = []
             if part:
-                table = self._table(part)
-                steps.append((part, table, table.ctypes.data))
+                steps.append(self._compiled_step(part, self._builder))
         rest = [p for p, _ in self.program.passthrough] + [p for p, _ in self.program.output_copies]
         if rest:
             ready_after[len(steps)] = rest
@@ -323,10 +329,10 @@ class LLVMCompiled:
     def _steps(self, steps, ins, outs, ready_after, on_ready) -> None:
         for i, step in enumerate(steps):
             if isinstance(step, tuple):
-                kernels, _, table = step
-                status = self._driver(self._slots_ptr, table, len(kernels), self._failed_ptr, self.threads)
-                if status:
-                    self._fail(kernels[int(self._failed[0])].nodes[status - 1], ins)
+                _, _, table, entries = step
+                status = self._driver(self._slots_ptr, table, len(entries), self._failed_ptr, self.threads)
+                if status:  # (chained kernels never fail: an entry's status is its first kernel's)
+                    self._fail(entries[int(self._failed[0])].nodes[status - 1], ins)
             else:
                 self._run_numpy(step, ins, outs)
             if ready_after and i in ready_after:
@@ -345,7 +351,7 @@ class LLVMCompiled:
             if k.kind == NUMPY:
                 run = lambda k=k: self._run_numpy(k, self._last_inputs, outs)
             else:  # the driver, on a table of this one kernel
-                table = self._table([k])
+                table = self._builder.table([k])
                 run = lambda t=table.ctypes.data: self._driver(self._slots_ptr, t, 1, self._failed_ptr, self.threads)
             samples = []
             if self.threads > 1:

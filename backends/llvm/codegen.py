@@ -8,7 +8,8 @@ grows with the number of distinct kernels, not with the program. The driver
 kernel: its function, then a slot and byte offset per pointer parameter), and returns 0, or the
 code of the node that found bad input (an out-of-range index: the caller re-runs the NumPy
 reference to raise the located error). Slots are the caller's arrays: graph inputs, outputs, array
-constants, then the arena, at the offsets the fused program planned.
+constants, then the arena, at the offsets the fused program planned. Two neighbouring kernels that threads
+share by image may run as one entry, image by image (chains.py: a convolution's unfold and product).
 
 This module builds the module and its driver (`ModuleBuilder`); the kernels' bodies are emitted by
 kernels.py, on emitter.py's values (the compute types, loads and stores, the per-op expressions).
@@ -24,7 +25,8 @@ from gradir.passes.fusion import LOOP, MATMUL, NUMPY, SCAN, SCATTER, WINDOW, Fus
 
 from ..loops import lowering
 from ..sharing import kernel_params, share
-from .emitter import I8, I32, I64, PTR
+from .chains import image_chains
+from .emitter import I8, I32, I64, PTR, counted
 from .index_kernels import ScanKernel, ScatterKernel, WindowKernel
 from .kernels import LoopKernel, MatmulKernel, split_of
 
@@ -54,6 +56,10 @@ class ModuleBuilder:
         self.function_of: dict[int, int] = {}  # kernel index -> the number of the function that runs it
         self.functions: list[Kernel] = []      # per function, the kernel it was emitted from
         self.params: dict[int, list[Value]] = {}  # kernel index -> its buffers (kernel_params)
+        self.chains: dict[int, tuple] = {}     # kernel index -> (the kernel it runs image by image with, whether
+        # a kernel between them runs first): chains.py
+        self.chain_function: dict[tuple[int, int], int] = {}  # (function, function) -> the number of their chain
+        self.entries: list[tuple[str, int]] = []  # per function number: its name and number of buffers
 
     # storage of a value's owner: (slot, byte offset)
     def owner_location(self, owner: Value) -> tuple[int, int]:
@@ -68,6 +74,13 @@ class ModuleBuilder:
         self.function_of, self.functions = share(kernels, self.program, self.params)
         for k in self.functions:
             self.kernel_function(k)
+        self.entries = [(k.name, len(self.kernel_params(k))) for k in self.functions]
+        self.chains = image_chains(self.program, kernels) if self.parallel else {}
+        for p, (c, _) in self.chains.items():
+            pair = (self.function_of[p], self.function_of[c])
+            if pair not in self.chain_function:
+                self.chain_function[pair] = len(self.entries)
+                self.entries.append(self.chain(*(self.functions[f] for f in pair)))
         self.driver()
         return self.module
 
@@ -111,6 +124,32 @@ class ModuleBuilder:
                 once.prologue()
         self._parallel_call(once.b, fn, body, split, len(params))
         return fn
+
+    def chain(self, first: Kernel, second: Kernel) -> tuple[str, int]:
+        """The function running (the functions of) two chained kernels image by image (chains.py): its body
+        calls each kernel's body on one image at a time; threads share images as they share either kernel's."""
+        name = f"{first.name}+{second.name}"
+        params = len(self.kernel_params(first)) + len(self.kernel_params(second))
+        fn, body = (ir.Function(self.module, ir.FunctionType(I32, [PTR] * params + [I64] * extra), name=f)
+                    for f, extra in ((name, 1), (f"{name}.body", 2)))
+        for f in (fn, body):  # (no noalias: the second kernel reads what the first writes)
+            f.linkage = "internal"
+            f.attributes.add("noinline")
+        b = ir.IRBuilder(body.append_basic_block("entry"))
+        cut = len(self.kernel_params(first))
+        lo, hi = body.args[-2:]
+        status = b.alloca(I32)
+        b.store(ir.Constant(I32, 0), status)
+        with counted(b, lo, hi, name="image") as i:
+            j = b.add(i, ir.Constant(I64, 1))
+            for k, args in ((first, body.args[:cut]), (second, body.args[cut:params])):
+                got = b.call(self.module.get_global(f"{k.name}.body"), list(args) + [i, j])
+                old = b.load(status, typ=I32)
+                b.store(b.select(b.icmp_signed("!=", old, ir.Constant(I32, 0)), old, got), status)
+        b.ret(b.load(status, typ=I32))
+        self._parallel_call(ir.IRBuilder(fn.append_basic_block("entry")), fn, body, split_of(self.program, first),
+                            params)
+        return name, params
 
     def _parallel_call(self, b: ir.IRBuilder, fn: ir.Function, body: ir.Function, split, nparams: int) -> None:
         """Finish `fn` (its builder `b` after the prologue): with more than one thread, the buffers go in a
@@ -165,19 +204,39 @@ class ModuleBuilder:
         b.ret_void()
 
     def table(self, kernels: list[Kernel]) -> np.ndarray:
-        """The driver's program for running `kernels` in order: per kernel, its function number, then
-        (slot, byte offset) per parameter (int64s)."""
+        """The driver's program for running `kernels` in order: per entry (`entries_of`), its function number,
+        then (slot, byte offset) per parameter (int64s)."""
         out: list[int] = []
         append, extend = out.append, out.extend
         function_of, params, slot = self.function_of, self.params, self.slot
         arena_slot, arena_offsets = self.arena_slot, self.program.arena_offsets
-        for k in kernels:
-            append(function_of[k.index])
-            ps = params.get(k.index)
-            for o in kernel_params(k, self.program) if ps is None else ps:
-                s = slot.get(o)
-                extend((arena_slot, arena_offsets[o]) if s is None else (s, 0))
+        for run in self.entries_of(kernels):
+            append(function_of[run[0].index] if len(run) == 1 else
+                   self.chain_function[function_of[run[0].index], function_of[run[1].index]])
+            for r in run:
+                ps = params.get(r.index)
+                for o in kernel_params(r, self.program) if ps is None else ps:
+                    s = slot.get(o)
+                    extend((arena_slot, arena_offsets[o]) if s is None else (s, 0))
         return np.array(out, np.int64)
+
+    def entries_of(self, kernels: list[Kernel]) -> list[list[Kernel]]:
+        """`kernels` as the driver's table runs them: one per entry, or two where they run as a chain (a kernel
+        between them runs before or after it, image_chains says which)."""
+        entries: list[list[Kernel]] = []
+        i = 0
+        while i < len(kernels):
+            k, ahead = kernels[i], [x.index for x in kernels[i + 1:i + 3]]
+            c, first = self.chains.get(k.index, (None, False))
+            if c in ahead:
+                between = [[m] for m in kernels[i + 1:i + 1 + ahead.index(c)]]
+                chain = [[k, kernels[i + 1 + len(between)]]]
+                entries += between + chain if first else chain + between
+                i += 2 + len(between)
+            else:
+                entries.append([k])
+                i += 1
+        return entries
 
     def release(self) -> None:
         """Drop what only building the module and its tables needed (`table` still works, more slowly)."""
@@ -205,15 +264,15 @@ class ModuleBuilder:
         word = lambda i: b.load(b.gep(table, [b.add(pos, ir.Constant(I64, i))], source_etype=I64), typ=I64)
         switch = b.switch(word(0), bad)
         incoming = []  # per function: (its status, the table words its entry takes, the block calling it)
-        for f, k in enumerate(self.functions):
+        for f, (name, nparams) in enumerate(self.entries):
             case = fn.append_basic_block(f"f{f}")
             switch.add_case(ir.Constant(I64, f), case)
             b.position_at_end(case)
             args = []
-            for j in range(len(self.kernel_params(k))):
+            for j in range(nparams):
                 base = b.load(b.gep(slots, [word(1 + 2 * j)], source_etype=PTR), typ=PTR)
                 args.append(b.gep(base, [word(2 + 2 * j)], source_etype=I8))
-            incoming.append((b.call(self.module.get_global(k.name), args + [threads]), ir.Constant(I64, 1 + 2 * len(args)),
+            incoming.append((b.call(self.module.get_global(name), args + [threads]), ir.Constant(I64, 1 + 2 * len(args)),
                              case))
             b.branch(after)
         b.position_at_end(bad)

@@ -1,0 +1,138 @@
+"""Image chains: two neighbouring kernels that threads share by image run image by image.
+
+A convolution is an unfold (im2col) and a product reading its columns; its input gradient is a product and a
+fold (col2im) of the result. Run one after the other, the first kernel writes every image's columns (18 MB
+for a 16-channel 3x3 convolution of 32 images of 32x32) before the second reads the first image's back from
+memory. Run as a chain, each image's columns (590 KB) are read by the second kernel right after the first wrote
+them, from L2. The buffers and the arithmetic are the same (both kernels' code runs unchanged on one image at a
+time), so results do not change; `image_chains` says which neighbours may run so, codegen builds the chains.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradir.core.ir import Value
+from gradir.passes.aliasing import c_strides
+from gradir.passes.fusion import MATMUL, WINDOW, FusedProgram, Kernel
+
+from .kernels import batch_strides, gemm_operands, split_of
+
+
+def image_chains(program: FusedProgram, kernels: list[Kernel]) -> dict[int, tuple[int, bool]]:
+    """Kernel index -> (the index of the kernel it runs image by image with, whether a kernel between them runs
+    first): the next kernel in `kernels`, or the one after a kernel that may run before the first (or after the
+    second) instead. Both are split by image over the same images; the second reads the first's output only at
+    the image it computes, and writes nothing the first reads for a later image."""
+    chains: dict[int, tuple[int, bool]] = {}
+    taken: set[int] = set()
+    for i, p in enumerate(kernels):
+        if p.index in taken:
+            continue
+        for c in kernels[i + 1:i + 3]:
+            between = kernels[i + 1:kernels.index(c, i + 1)]
+            first = all(commute(program, m, p) for m in between)
+            if c.index in taken or any(m.index in taken for m in between) or \
+                    not (first or all(commute(program, m, c) for m in between)) or not chainable(program, p, c):
+                continue
+            chains[p.index] = (c.index, first)
+            taken.update(x.index for x in [p, c, *between])
+            break
+    return chains
+
+
+def chainable(program: FusedProgram, p: Kernel, c: Kernel) -> bool:
+    """Whether c may run image by image after p (see image_chains)."""
+    sp, sc = split_of(program, p), split_of(program, c)
+    if sp is None or sc is None or not sp.where == sc.where == "batch" or sp.size != sc.size:
+        return False
+    written, reads, writes = writes_per_image(program, p), reads_per_image(program, c), writes_per_image(program, c)
+    if written is None or reads is None or writes is None or overlap(program, writes[0], written[0]):
+        return False
+    owner, start, size = written
+    if not any(o is owner for o, *_ in reads):
+        return False
+    for o, offset, shape, strides in reads:
+        if overlap(program, o, owner):
+            if o is not owner or shape is None or strides[0] != size:
+                return False
+            lo, hi = span(offset, shape, strides)
+            if not start <= lo <= hi < start + size:
+                return False
+    return all(before_later_reads(program, writes, read) for read in reads_per_image(program, p))
+
+
+def before_later_reads(program: FusedProgram, write: tuple, read: tuple) -> bool:
+    """Whether c's write of each image (owner, first element, elements per image) stays clear of what p reads
+    (owner, offset, shape, strides) for every later image: true when they share no memory, or step through it
+    image by image with c's image i ending before p's image i + 1 begins (a product writing over the input its
+    unfold has read: the memory planner may place one on the other)."""
+    wo, start, size = write
+    ro, offset, shape, strides = read
+    if not overlap(program, wo, ro):
+        return True
+    if shape is None or wo.dtype.itemsize != ro.dtype.itemsize or strides[0] != size:
+        return False
+    base = lambda o: program.arena_offsets.get(o, 0) // o.dtype.itemsize
+    return base(wo) + start + size <= base(ro) + span(offset, shape, strides)[0] + size
+
+
+def commute(program: FusedProgram, m: Kernel, x: Kernel) -> bool:
+    """Whether kernels m and x give the same results in either order: neither writes memory the other touches."""
+    owners = lambda k, values: [program.access[v].owner for v in values]
+    m_in, m_out, x_in, x_out = owners(m, m.inputs), owners(m, m.outputs), owners(x, x.inputs), owners(x, x.outputs)
+    return not any(overlap(program, a, b) for a, b in
+                   [(a, b) for a in m_out for b in x_in + x_out] + [(a, b) for a in m_in for b in x_out])
+
+
+def writes_per_image(program: FusedProgram, k: Kernel) -> tuple[Value, int, int] | None:
+    """(owner, first element, elements per image) of what window or matmul kernel k writes: image i's part is
+    [first + i * size, first + (i + 1) * size) of owner's buffer; None if k writes otherwise."""
+    n = k.nodes[0]
+    if k.kind == WINDOW:
+        acc = program.access[n]
+        if tuple(acc.strides) != c_strides(n.shape, 1):
+            return None
+        return acc.owner, acc.offset, math.prod(n.shape[1:])
+    if k.kind == MATMUL and k.transposed is None:  # C: the product's elements in C order from C's offset
+        _, ash, _, _, bsh, _ = gemm_operands(program, k)
+        batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
+        acc = program.access[k.epilogue if k.epilogue is not None else n]
+        return acc.owner, acc.offset, math.prod(batch[1:]) * ash[-2] * bsh[-1]
+    return None
+
+
+def reads_per_image(program: FusedProgram, k: Kernel) -> list[tuple] | None:
+    """(owner, offset, shape, strides) of each operand kernel k reads, its first axis the image (shape None: read
+    whole by every image); None for kernels other than window and matmul ones."""
+    if k.kind == WINDOW:
+        acc = program.access[k.nodes[0].inputs[0]]
+        return [(acc.owner, acc.offset, k.nodes[0].inputs[0].shape, acc.strides)]
+    if k.kind == MATMUL:
+        A, ash, ast, B, bsh, bst = gemm_operands(program, k)
+        batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+        reads = [(acc.owner, acc.offset, batch + tuple(sh[-2:]), tuple(batch_strides(batch, sh, st)) + tuple(st[-2:]))
+                 for acc, sh, st in ((A, ash, ast), (B, bsh, bst))]
+        if k.bias is not None and k.bias in program.access:
+            reads.append((program.access[k.bias].owner, 0, None, None))
+        return reads
+    return None
+
+
+def span(offset: int, shape, strides) -> tuple[int, int]:
+    """The lowest and highest element an index of axis 0 reads, for index 0 (others: + index * strides[0])."""
+    rest = [(n - 1) * s for n, s in zip(shape[1:], strides[1:])]
+    return offset + sum(min(0, r) for r in rest), offset + sum(max(0, r) for r in rest)
+
+
+def overlap(program: FusedProgram, a: Value, b: Value) -> bool:
+    """Whether owners a and b may share memory: the same buffer, or overlapping places in the arena."""
+    if a is b:
+        return True
+    at, bt = program.arena_offsets.get(a), program.arena_offsets.get(b)
+    return at is not None and bt is not None and at < bt + b.nbytes and bt < at + a.nbytes
+
+
+__all__ = ["image_chains"]

@@ -1,0 +1,82 @@
+"""Image chains (backends/llvm/chains.py): a convolution's unfold and product, and its input gradient's product
+and fold, run image by image. Same buffers and the same code per image, so results are bit for bit those of the
+kernels run one after the other, at every thread count, and the NumPy backend's within rounding; neighbours
+that read another image's columns are not chained."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradir as gr
+from gradir.backends.llvm import chains, codegen
+from gradir.backends.llvm.pool import pool_module
+from gradir.passes.fusion import MATMUL, WINDOW
+from tests.test_llvm_threads import at_thread_counts, flat
+
+pytestmark = pytest.mark.skipif(pool_module() is None, reason="chains run split kernels (gradir's thread pool)")
+RNG = np.random.default_rng(7)
+
+
+def two_convolutions(w1, w2, x):
+    """A ResNet-like pair: the second convolution's unfold reads a value nothing else reads (the memory planner
+    may put the product's output on it)."""
+    h = gr.nn.relu(gr.nn.conv2d(x, w1, padding=1))
+    return gr.sum(gr.tanh(gr.nn.conv2d(h, w2, padding=1, stride=2)) ** 2)
+
+
+def chained_kinds(ex) -> set[tuple[str, str]]:
+    kernels = ex.program.kernels
+    return {(kernels[p].nodes[0].op if kernels[p].kind == WINDOW else kernels[p].kind,
+             kernels[c].nodes[0].op if kernels[c].kind == WINDOW else kernels[c].kind)
+            for p, (c, _) in ex.chains.items()}
+
+
+def test_a_chained_convolution_step_is_bit_for_bit_the_unchained_one(split_everything, monkeypatch):
+    args = (RNG.standard_normal((6, 4, 3, 3)), RNG.standard_normal((6, 6, 3, 3)), RNG.standard_normal((8, 4, 10, 10)))
+    step = gr.value_and_grad(two_convolutions, argnums=(0, 1, 2))
+    results, ex = at_thread_counts(step, *args)
+    assert {("unfold", MATMUL), (MATMUL, "fold")} <= chained_kinds(ex)
+    assert "+k" in ex.module_ir.split("@gradir_run")[0]  # the chains' functions
+    monkeypatch.setattr(codegen, "image_chains", lambda program, kernels: {})
+    unchained, plain = at_thread_counts(step, *args, counts=(1,))
+    assert not plain.chains
+    for got in results:
+        for a, b in zip(got, unchained[0]):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(results[0], flat(gr.compile(step, backend="numpy")(*args))):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
+
+
+def test_a_product_written_over_its_unfolds_input_still_runs_image_by_image(split_everything):
+    """The planner places the second product's output (8, 6, 25) on the ReLU output its unfold read... when both are
+    the same size per image; a chain then writes image i's output only after reading image i's input and before
+    reading image i + 1's. Chosen sizes: 6 channels of 5x5 in, 6 channels of 5x5 out."""
+    def f(w1, w2, x):
+        h = gr.nn.relu(gr.nn.conv2d(x, w1, padding=1))
+        return gr.sum(gr.tanh(gr.nn.conv2d(h, w2, padding=1)) ** 2)
+    args = (RNG.standard_normal((6, 3, 3, 3)), RNG.standard_normal((6, 6, 3, 3)), RNG.standard_normal((8, 3, 5, 5)))
+    results, ex = at_thread_counts(gr.value_and_grad(f, argnums=(0, 1, 2)), *args)
+    program = ex.program
+    over = [(p, c) for p, (c, _) in ex.chains.items()
+            if any(chains.overlap(program, program.access[v].owner, program.access[u].owner)
+                   for v in program.kernels[c].outputs for u in program.kernels[p].inputs)]
+    assert over, "expected the planner to reuse the unfold's input for the product's output"
+    for got in results:
+        for a, b in zip(got, flat(gr.compile(gr.value_and_grad(f, argnums=(0, 1, 2)), backend="numpy")(*args))):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
+
+
+def test_a_product_reading_other_images_columns_is_not_chained(split_everything):
+    """Columns (N, C*9, H*W) viewed with the channels first and batched over channels (N == C): the product for
+    index i reads every image's columns, so it must wait for the whole unfold."""
+    def f(w, x):
+        cols = gr.reshape(gr.nn.unfold(x, 3, padding=1), (4, 4, 9, 36))
+        return gr.sum(gr.tanh(gr.transpose(cols, (1, 0, 2, 3)) @ w) ** 2)
+    args = (RNG.standard_normal((36, 5)), RNG.standard_normal((4, 4, 6, 6)))
+    step = gr.value_and_grad(f, argnums=(0, 1))
+    results, ex = at_thread_counts(step, *args)
+    kinds = [k.kind for k in ex.program.kernels]
+    assert WINDOW in kinds and MATMUL in kinds and not ex.chains
+    for a, b in zip(results[1], flat(gr.compile(step, backend="numpy")(*args))):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
