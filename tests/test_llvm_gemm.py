@@ -32,11 +32,12 @@ def module(suffix: str, blocking: str):
     return jit.JitModule.from_ir(gemm.gemm_ir(suffix, AVX2[suffix]))
 
 
-def product(a, b, c, beta, blocking="host", rows=None):
-    """C[..., :rows, :] = A[..., :rows, :] @ B + beta * C[..., :rows, :] through gradir_gemm_f32/f64 on the arrays'
-    own strides, over their batch axes (A's, B's and C's leading axes: broadcast ones have stride 0)."""
+def product(a, b, c, beta, blocking="host", rows=None, entry="gemm"):
+    """C[..., :rows, :] = A[..., :rows, :] @ B + beta * C[..., :rows, :] through gradir_gemm_f32/f64 (`entry`
+    "dot": gradir_dot_f32/f64) on the arrays' own strides, over their batch axes (A's, B's and C's leading axes:
+    broadcast ones have stride 0)."""
     suffix = {np.float32: "f32", np.float64: "f64"}[a.dtype.type]
-    fn = SIGNATURE(module(suffix, blocking).address(f"gradir_gemm_{suffix}"))
+    fn = SIGNATURE(module(suffix, blocking).address(f"gradir_{entry}_{suffix}"))
     e = a.itemsize
     batch = np.array([(n, sa // e, sb // e, sc // e) for n, sa, sb, sc in
                       zip(c.shape[:-2], a.strides[:-2], b.strides[:-2], c.strides[:-2])], np.int64).reshape(-1)
@@ -122,3 +123,46 @@ def test_a_batched_call_is_the_products_one_by_one(dt):
     np.testing.assert_array_equal(empty, 0)
     nothing = np.full((0, 4, 70, 50), np.nan, dt)
     product(a[:0], b[:0], nothing, 0)  # no batch elements: nothing to do (and no crash)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_a_b_read_in_place_gives_the_packed_products_bits(dt):
+    """Few rows of A (at most DIRECT_ROWS tiles) and B's rows contiguous: B is read where it is, not packed, except
+    a last panel ending in a partial vector. The same B in a strided copy (packed) gives the same bits."""
+    rng = np.random.default_rng(5)
+    M, N, K = gemm.DIRECT_ROWS * gemm.host_shapes()["f32"].mr, 1000, 300  # two K blocks, a partial last panel
+    a, c0 = rng.standard_normal((M, K)).astype(dt), rng.standard_normal((M, N)).astype(dt)
+    b = rng.standard_normal((K, N)).astype(dt)
+    strided = np.zeros((K, 2 * N), dt)[:, ::2]
+    strided[...] = b
+    in_place, packed = c0.copy(), c0.copy()
+    product(a, b, in_place, 1)
+    product(a, strided, packed, 1)
+    np.testing.assert_array_equal(in_place, packed)
+    np.testing.assert_allclose(in_place, a.astype(np.float64) @ b + c0, rtol=1e-4 if dt == np.float32 else 1e-12,
+                               atol=1e-3 if dt == np.float32 else 1e-10)
+
+
+@given(M=st.integers(1, 40), N=st.integers(1, 40), K=st.one_of(st.integers(0, 40), st.sampled_from([255, 256, 1000])),
+       dt=st.sampled_from([np.float32, np.float64]), beta=st.sampled_from([0, 1]))
+@settings(deadline=None)
+@example(M=16, N=144, K=1024, dt=np.float32, beta=0)  # a CNN weight gradient, one image
+@example(M=5, N=7, K=3, dt=np.float64, beta=1)        # no vector part: the tail only
+def test_dot_products_of_contiguous_rows_match_numpy_and_any_split_or_cpu(M, N, K, dt, beta):
+    """gradir_dot (A's rows and B's columns contiguous along k): within the error bound of NumPy's float64 product;
+    bit for bit the same with the AVX2 module (its logical vectors are the same) and computed in two row pieces."""
+    rng = np.random.default_rng(M * 1000 + N)
+    a, b = rng.standard_normal((M, K)).astype(dt), np.ascontiguousarray(rng.standard_normal((N, K)).astype(dt)).T
+    c0 = rng.standard_normal((M, N)).astype(dt)
+    c = c0.copy()
+    product(a, b, c, beta, entry="dot")
+    want = a.astype(np.float64) @ b.astype(np.float64) + beta * c0.astype(np.float64)
+    bound = (K + 2) * np.finfo(dt).eps * (np.abs(a).astype(np.float64) @ np.abs(b) + np.abs(c0) * beta)
+    assert np.all(np.abs(c - want) <= bound)
+    other = c0.copy()
+    product(a, b, other, beta, "avx2", entry="dot")
+    np.testing.assert_array_equal(other, c)
+    pieces, cut = c0.copy(), M // 2
+    product(a[:cut], b, pieces[:cut], beta, rows=cut, entry="dot")
+    product(a[cut:], b, pieces[cut:], beta, rows=M - cut, entry="dot")
+    np.testing.assert_array_equal(pieces, c)

@@ -18,9 +18,16 @@ NR / L vectors of the packed B row, broadcasts MR elements of the packed A colum
 multiply-adds. Packing copies each operand once per block into the contiguous, zero-padded order the
 micro-kernel reads, so its loads never miss L1/L2 and never depend on the caller's strides. Edge rows run as
 tiles of the powers of two below MR, edge columns as tiles of fewer vectors whose last partial vector goes
-through a scratch tile. One call runs on one thread (the pool partitions products).
-Each element type's module is compiled once per process (or loaded from the disk cache: backend.load_module)
-when a kernel first calls it.
+through a scratch tile. A product of few rows (at most DIRECT_ROWS tiles: a convolution's output channels)
+whose B has contiguous rows skips packing B: the micro-kernel reads B's rows in place, as packing would cost
+about as much as the few tiles that reuse each panel. Either way each element of C is one chain of fused
+multiply-adds in k order, so results do not depend on the blocking, the ISA or how rows are split.
+
+`gradir_dot_f32` / `gradir_dot_f64` (the same signature) compute products whose A rows and B columns are both
+contiguous along k (a convolution's weight gradient, dY @ cols^T) as dot products, unpacked; kernels choose it
+(`prefers_dot`) for few rows. Its sums are lane-wise partial sums, also the same on any CPU with AVX2.
+One call runs on one thread (the pool partitions products). Each element type's module is compiled once per
+process (or loaded from the disk cache: backend.load_module) when a kernel first calls it.
 """
 
 from __future__ import annotations
@@ -56,6 +63,12 @@ class Shape(NamedTuple):
         return self.nv * self.lanes
 
 
+DIRECT_ROWS = 4  # products of at most this many register tiles of rows read B's contiguous rows in place
+DOT_LANES = {"f32": 16, "f64": 8}  # the dot products' partial sums: 512 bits, one register on AVX-512, two on AVX2
+DOT_TILES = {512: 4, 256: 2}  # vector bits -> a dot tile's rows and columns (its accumulators fill half the registers;
+# the tile changes no element's sums)
+DOT_ROWS = 32  # at most this many rows run as dot products (not a multiple of the ISA's tile: the choice, and so
+# the results, are the same on every CPU)
 TILES = {512: (8, 3), 256: (4, 3)}  # vector bits -> (MR, NV): AVX-512's 32 registers hold 24 accumulators, the
 # B row and a broadcast; AVX2's 16 hold 12, the B row and a broadcast. MR is a power of two: A is packed through
 # in-register transposes of MR rows (`transpose`), and edge rows are tiles of the powers of two below it.
@@ -82,6 +95,13 @@ def host_shapes() -> dict[str, Shape] | None:
     if features.get("avx2") and features.get("fma"):
         return blocking(256)
     return None
+
+
+def prefers_dot(M: int, K: int, sak: int, sbk: int, suffix: str) -> bool:
+    """Whether a product runs as dot products (`gradir_dot_*`): A's rows and B's columns contiguous along k, at most
+    DOT_ROWS rows (packing B would cost about as much as the few tiles that reuse it) and k long enough for the
+    vectors."""
+    return sak == 1 and sbk == 1 and M <= DOT_ROWS and K >= 8 * DOT_LANES[suffix]
 
 
 SCALAR = (("llvm.loop.vectorize.enable", False), "llvm.loop.unroll.disable")  # a short or rare loop, left as is
@@ -131,14 +151,15 @@ class GemmBuilder:
         return b.gep(base, [index], source_etype=self.ty, inbounds=True)
 
     def micro_kernel(self, mr: int, nv: int) -> ir.Function:
-        """tile(kc, Ap, Bp, C, ldc, beta, nr, scratch): C[:mr, :nr] = Ap @ Bp + beta * C for nr <= nv * L columns,
-        Ap k-major (MR values per k), Bp row-major (NR per k); nr < nv * L (an edge) goes through `scratch`."""
+        """tile(kc, Ap, Bp, sb, C, ldc, beta, nr, scratch): C[:mr, :nr] = Ap @ Bp + beta * C for nr <= nv * L
+        columns, Ap k-major (MR values per k), Bp's rows sb apart (a packed panel: NR; B itself: its row stride);
+        nr < nv * L (an edge) goes through `scratch`."""
         s, ty, vec = self.s, self.ty, self.vec
-        fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, PTR, PTR, PTR, I64, I64, I64, PTR]),
+        fn = ir.Function(self.m, ir.FunctionType(VOID, [I64, PTR, PTR, I64, PTR, I64, I64, I64, PTR]),
                          name=f"gemm_tile_{self.suffix}_{mr}x{nv}")
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # (inlined into the driver, twelve tiles take LLVM seconds to compile)
-        kc, ap, bp, c, ldc, beta, nr, scratch = fn.args
+        kc, ap, bp, sb, c, ldc, beta, nr, scratch = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         entry = b.block
         zero = ir.Constant(vec, [0.0] * s.lanes)
@@ -147,7 +168,7 @@ class GemmBuilder:
         b.position_at_end(loop)
         k = b.phi(I64, name="k")
         acc = [[b.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(mr)]
-        brow = [b.load(self.at(b, bp, b.add(b.mul(k, c64(s.nr)), c64(v * s.lanes))), typ=vec, align=self.size)
+        brow = [b.load(self.at(b, bp, b.add(b.mul(k, sb), c64(v * s.lanes))), typ=vec, align=self.size)
                 for v in range(nv)]
         undef = ir.Constant(vec, None)
         mask = ir.Constant(ir.VectorType(ir.IntType(32), s.lanes), [0] * s.lanes)
@@ -243,6 +264,10 @@ class GemmBuilder:
         block = self.block_elements(b, N, K)
         ap = self.at(b, bp, block)
         scratch = self.at(b, ap, c64(s.kc * s.mr))
+        # few rows of A (a convolution's output channels) reuse each packed panel of B only M / MR times, so a
+        # B with contiguous rows is read in place; only a panel ending in a partial vector is packed
+        direct = b.and_(b.icmp_signed("==", sbn, c64(1)), b.icmp_signed("<=", M, c64(DIRECT_ROWS * s.mr)))
+        in_place = lambda width: b.and_(direct, b.icmp_signed("==", b.urem(width, c64(s.lanes)), c64(0)))
         with counted(b, 0, N, s.nc, name="jc") as jc:
             nc = smin(b.sub(N, jc), c64(s.nc))
             with counted(b, 0, K, s.kc, name="pc") as pc:
@@ -250,12 +275,13 @@ class GemmBuilder:
                 # pack B[pc:pc+kc, jc:jc+nc]: panel p holds columns p*NR.. as kc rows of NR (zero past nc)
                 with counted(b, 0, nc, s.nr, name="pj") as j0:
                     width = smin(b.sub(nc, j0), c64(s.nr))
-                    panel = self.at(b, bp, b.mul(j0, kc))
-                    src = self.at(b, bm, b.add(b.mul(pc, sbk), b.mul(b.add(jc, j0), sbn)))
-                    self.copy(b, kc, width, src, sbk, sbn, panel, s.nr, s.lanes)
-                    with counted(b, 0, kc, name="zk", hints=SCALAR) as k, \
-                            counted(b, width, s.nr, name="zj", hints=SCALAR) as j:
-                        b.store(zero, self.at(b, panel, b.add(b.mul(k, c64(s.nr)), j)))
+                    with b.if_then(b.not_(in_place(width))):
+                        panel = self.at(b, bp, b.mul(j0, kc))
+                        src = self.at(b, bm, b.add(b.mul(pc, sbk), b.mul(b.add(jc, j0), sbn)))
+                        self.copy(b, kc, width, src, sbk, sbn, panel, s.nr, s.lanes)
+                        with counted(b, 0, kc, name="zk", hints=SCALAR) as k, \
+                                counted(b, width, s.nr, name="zj", hints=SCALAR) as j:
+                            b.store(zero, self.at(b, panel, b.add(b.mul(k, c64(s.nr)), j)))
                 with counted(b, 0, M, s.mr, name="ir") as i0:
                     rows = smin(b.sub(M, i0), c64(s.mr))
                     # pack A[i0:i0+rows, pc:pc+kc] k-major: MR values per k
@@ -265,7 +291,10 @@ class GemmBuilder:
                     with counted(b, 0, nc, s.nr, name="jr") as j0:
                         cols = smin(b.sub(nc, j0), c64(s.nr))
                         vectors = b.udiv(b.add(cols, c64(s.lanes - 1)), c64(s.lanes))
-                        panel = self.at(b, bp, b.mul(j0, kc))
+                        here = in_place(cols)
+                        panel = b.select(here, self.at(b, bm, b.add(b.mul(pc, sbk), b.add(jc, j0))),
+                                         self.at(b, bp, b.mul(j0, kc)))
+                        stride = b.select(here, sbk, c64(s.nr))
                         corner = b.add(b.mul(i0, ldc), b.add(jc, j0))
                         # the rows: one full tile, or (an edge) tiles of the powers of two that sum to `rows`
                         for mr in heights:
@@ -282,13 +311,72 @@ class GemmBuilder:
                                     case = b.append_basic_block(f"tile.{mr}x{nv}")
                                     pick.add_case(c64(nv), case)
                                     b.position_at_end(case)
-                                    b.call(tiles[mr, nv], [kc, self.at(b, ap, r0), panel,
+                                    b.call(tiles[mr, nv], [kc, self.at(b, ap, r0), panel, stride,
                                                            self.at(b, c, b.add(corner, b.mul(r0, ldc))), ldc,
                                                            tile_beta, cols, scratch])
                                     b.branch(done)
                                 b.position_at_end(done)
         b.ret_void()
-        return self.batched(fn)
+        return self.batched(fn, f"gradir_gemm_{self.suffix}")
+
+    def dot(self) -> ir.Function:
+        """`gradir_dot_<suffix>`, gemm's signature, for A's rows and B's columns contiguous along k (sak = sbk = 1;
+        a convolution's weight gradient, dY @ cols^T): each element of C is a dot product of two contiguous rows,
+        summed in DOT_LANES lane-wise partial sums (a logical vector: AVX2 runs it as two registers, with the same
+        sums), a fixed halving tree and the k tail in order. Tiles of T x T elements (DOT_TILES): 2T loads per
+        T * T fused multiply-adds, nothing packed."""
+        ty, W = self.ty, DOT_LANES[self.suffix]
+        tile = DOT_TILES[self.s.lanes * self.size * 8]
+        vec = ir.VectorType(ty, W)
+        name = f"llvm.fma.v{W}f{self.size * 8}"
+        fma = self.m.globals.get(name) or ir.Function(self.m, ir.FunctionType(vec, [vec] * 3), name)
+        fma1 = ir.Function(self.m, ir.FunctionType(ty, [ty] * 3), f"llvm.fma.f{self.size * 8}")
+        fn = ir.Function(self.m, ONE, name=f"dot_one_{self.suffix}")
+        fn.linkage = "internal"
+        M, N, K, a, sam, _, bm, _, sbn, c, ldc, beta, _ = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        umin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
+        body = c64(0) if W == 1 else b.and_(K, c64(-W))
+        with counted(b, 0, N, tile, name="dj", hints=SCALAR) as j0, counted(b, 0, M, tile, name="di", hints=SCALAR) as i0:
+            # past the product's last row or column, a tile repeats it (loaded, summed, not stored)
+            arows = [self.at(b, a, b.mul(umin(b.add(i0, c64(r)), b.sub(M, c64(1))), sam)) for r in range(tile)]
+            bcols = [self.at(b, bm, b.mul(umin(b.add(j0, c64(q)), b.sub(N, c64(1))), sbn)) for q in range(tile)]
+            acc = [[b.alloca(vec) for _ in range(tile)] for _ in range(tile)]
+            for row in acc:
+                for slot in row:
+                    b.store(ir.Constant(vec, [0.0] * W), slot)
+            with counted(b, 0, body, W, name="dk", hints=SCALAR) as k:  # (vector code already: LLVM's unrolling
+                # of it bought nothing measurable and cost compile time)
+                xs = [b.load(self.at(b, p, k), typ=vec, align=self.size) for p in arows]
+                ys = [b.load(self.at(b, p, k), typ=vec, align=self.size) for p in bcols]
+                for r in range(tile):
+                    for q in range(tile):
+                        b.store(b.call(fma, [xs[r], ys[q], b.load(acc[r][q], typ=vec)]), acc[r][q])
+            sums = [[b.alloca(ty) for _ in range(tile)] for _ in range(tile)]
+            for r in range(tile):
+                for q in range(tile):
+                    v = b.load(acc[r][q], typ=vec)
+                    for width in (W >> e for e in range(1, W.bit_length())):  # halves added: the same tree anywhere
+                        lo, hi = (b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), width),
+                                                                     list(range(o, o + width)))) for o in (0, width))
+                        v = b.fadd(lo, hi)
+                    b.store(b.extract_element(v, ir.Constant(ir.IntType(32), 0)), sums[r][q])
+            with counted(b, body, K, name="dt", hints=SCALAR) as k:
+                xs = [b.load(self.at(b, p, k), typ=ty) for p in arows]
+                ys = [b.load(self.at(b, p, k), typ=ty) for p in bcols]
+                for r in range(tile):
+                    for q in range(tile):
+                        b.store(b.call(fma1, [xs[r], ys[q], b.load(sums[r][q], typ=ty)]), sums[r][q])
+            add_old = b.icmp_signed("!=", beta, c64(0))
+            for r in range(tile):
+                for q in range(tile):
+                    inside = b.and_(b.icmp_signed("<", b.add(i0, c64(r)), M), b.icmp_signed("<", b.add(j0, c64(q)), N))
+                    with b.if_then(inside):
+                        p = self.at(b, c, b.add(b.mul(b.add(i0, c64(r)), ldc), b.add(j0, c64(q))))
+                        old = b.select(add_old, b.load(p, typ=ty), ir.Constant(ty, 0.0))
+                        b.store(b.fadd(b.load(sums[r][q], typ=ty), old), p)
+        b.ret_void()
+        return self.batched(fn, f"gradir_dot_{self.suffix}", scratch=False)
 
     def block_elements(self, b, N, K):
         """Elements of the packed B block: min(K, KC) rows of min(N, NC) columns rounded up to whole panels."""
@@ -297,13 +385,15 @@ class GemmBuilder:
         return b.mul(smin(K, c64(s.kc)), b.mul(b.udiv(b.add(smin(N, c64(s.nc)), c64(s.nr - 1)), c64(s.nr)),
                                                c64(s.nr)))
 
-    def batched(self, one: ir.Function) -> ir.Function:
-        """The exported function: one allocation (the packed B block, the packed A panel, the edge tile), then
-        `one` on every batch element, its operands' offsets unravelled from a flat counter over the batch."""
+    def batched(self, one: ir.Function, name: str, scratch: bool = True) -> ir.Function:
+        """The exported function `name`: one allocation (`scratch`: the packed B block, the packed A panel, the edge
+        tile), then `one` on every batch element, its operands' offsets unravelled from a flat counter over the
+        batch."""
         s = self.s
-        malloc = ir.Function(self.m, ir.FunctionType(PTR, [I64]), name="gradir_malloc")
-        free = ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name="gradir_free")
-        fn = ir.Function(self.m, SIGNATURE, name=f"gradir_gemm_{self.suffix}")
+        malloc = self.m.globals.get("gradir_malloc") or ir.Function(self.m, ir.FunctionType(PTR, [I64]),
+                                                                     name="gradir_malloc")
+        free = self.m.globals.get("gradir_free") or ir.Function(self.m, ir.FunctionType(VOID, [PTR]), name="gradir_free")
+        fn = ir.Function(self.m, SIGNATURE, name=name)
         M, N, K, a, sam, sak, bm, sbk, sbn, c, ldc, beta, nbatch, batch = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         field = lambda d, f: b.load(b.gep(batch, [b.add(b.mul(d, c64(4)), c64(f))], source_etype=I64, inbounds=True),
@@ -312,8 +402,8 @@ class GemmBuilder:
         b.store(c64(1), total)
         with counted(b, 0, nbatch, name="nb", hints=SCALAR) as d:
             b.store(b.mul(b.load(total, typ=I64), field(d, 0)), total)
-        bp = b.call(malloc, [b.mul(b.add(self.block_elements(b, N, K), c64(s.kc * s.mr + s.mr * s.nr)),
-                                   c64(self.size))])
+        bp = ir.Constant(PTR, None) if not scratch else b.call(
+            malloc, [b.mul(b.add(self.block_elements(b, N, K), c64(s.kc * s.mr + s.mr * s.nr)), c64(self.size))])
         rest, offsets = b.alloca(I64), [b.alloca(I64) for _ in range(3)]
         with counted(b, 0, b.load(total, typ=I64), name="t") as t:
             b.store(t, rest)
@@ -329,7 +419,8 @@ class GemmBuilder:
             oa, ob, oc = (b.load(o, typ=I64) for o in offsets)
             b.call(one, [M, N, K, self.at(b, a, oa), sam, sak, self.at(b, bm, ob), sbk, sbn, self.at(b, c, oc),
                          ldc, beta, bp])
-        b.call(free, [bp])
+        if scratch:
+            b.call(free, [bp])
         b.ret_void()
         return fn
 
@@ -338,9 +429,12 @@ TYPES = {"f32": ir.FloatType(), "f64": ir.DoubleType()}
 
 
 def gemm_ir(suffix: str, shape: Shape) -> str:
-    """The gemm module of one element type ('f32' or 'f64'): `gradir_gemm_<suffix>` for the given blocking."""
+    """The gemm module of one element type ('f32' or 'f64'): `gradir_gemm_<suffix>` for the given blocking, and
+    `gradir_dot_<suffix>`."""
     m = ir.Module(name=f"gradir_gemm_{suffix}")
-    GemmBuilder(m, TYPES[suffix], suffix, shape).gemm()
+    builder = GemmBuilder(m, TYPES[suffix], suffix, shape)
+    builder.gemm()
+    builder.dot()
     return module_text(m)
 
 
@@ -350,7 +444,8 @@ _REGISTERED: list[jit.JitModule] = []  # kept alive: kernels' modules call into 
 def register(suffix: str, module: jit.JitModule) -> None:
     """Make the compiled gemm module's product callable from kernels' modules (backend.load_module)."""
     _REGISTERED.append(module)  # (two threads compiling at once may both register one; neither may be freed)
-    jit.add_symbol(f"gradir_gemm_{suffix}", module.address(f"gradir_gemm_{suffix}"))
+    for name in (f"gradir_gemm_{suffix}", f"gradir_dot_{suffix}"):
+        jit.add_symbol(name, module.address(name))
 
 
 @functools.cache
@@ -361,4 +456,4 @@ def runtime() -> None:
     jit.add_symbol("gradir_free", ctypes.cast(libc.free, ctypes.c_void_p).value)
 
 
-__all__ = ["SIGNATURE", "Shape", "blocking", "describe", "gemm_ir", "host_shapes", "register", "runtime"]
+__all__ = ["SIGNATURE", "Shape", "blocking", "describe", "gemm_ir", "host_shapes", "prefers_dot", "register", "runtime"]

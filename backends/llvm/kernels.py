@@ -21,7 +21,7 @@ from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, WINDOW, i
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
-from .gemm import SIGNATURE, host_shapes
+from .gemm import SIGNATURE, host_shapes, prefers_dot
 
 PARALLEL_LOOP_WORK = 1 << 16    # loop kernels below this many element-ops (elements x nodes) run on one thread
 PARALLEL_MATMUL_WORK = 1 << 18  # products below this many multiply-adds run on one thread
@@ -37,8 +37,9 @@ REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into 
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
 FORTRAN_GEMM = ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 13)  # every argument by pointer
-OWN_GEMM = {dtypes.float32: "gradir_gemm_f32", dtypes.float64: "gradir_gemm_f64"} if host_shapes() else {}
-# gemm.py's products, where the CPU has AVX2 and FMA: any strides; BLAS (SciPy's OpenBLAS) elsewhere
+OWN_GEMM = {dtypes.float32: "f32", dtypes.float64: "f64"} if host_shapes() else {}
+# gemm.py's products (by element type suffix), where the CPU has AVX2 and FMA: any strides; BLAS (SciPy's
+# OpenBLAS) elsewhere
 
 
 def reduction_identity(op: str, dt):
@@ -603,7 +604,9 @@ class MatmulKernel(Emitter):
                 self.element_ptr(self.B.owner, b_off), i64(self.b_mat[0]), i64(self.b_mat[1]),
                 self.element_ptr(self.C.owner, c_off), i64(N), i64(0 if self.k.epilogue is None else 1),
                 i64(len(counts)), table]
-        b.call(self.mb.external(OWN_GEMM[self.n.dtype], SIGNATURE), args)
+        suffix = OWN_GEMM[self.n.dtype]
+        kind = "dot" if prefers_dot(M, K, self.a_mat[1], self.b_mat[0], suffix) else "gemm"
+        b.call(self.mb.external(f"gradir_{kind}_{suffix}", SIGNATURE), args)
 
     def loop_matmul(self, a_off, b_off, c_off):
         b = self.b
