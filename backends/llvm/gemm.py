@@ -352,15 +352,11 @@ class GemmBuilder:
                 for r in range(tile):
                     for q in range(tile):
                         b.store(b.call(fma, [xs[r], ys[q], b.load(acc[r][q], typ=vec)]), acc[r][q])
+            totals = self.lane_sums(b, [b.load(slot, typ=vec) for row in acc for slot in row], W)
             sums = [[b.alloca(ty) for _ in range(tile)] for _ in range(tile)]
             for r in range(tile):
                 for q in range(tile):
-                    v = b.load(acc[r][q], typ=vec)
-                    for width in (W >> e for e in range(1, W.bit_length())):  # halves added: the same tree anywhere
-                        lo, hi = (b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), width),
-                                                                     list(range(o, o + width)))) for o in (0, width))
-                        v = b.fadd(lo, hi)
-                    b.store(b.extract_element(v, ir.Constant(ir.IntType(32), 0)), sums[r][q])
+                    b.store(totals[r * tile + q], sums[r][q])
             with counted(b, body, K, name="dt", hints=SCALAR) as k:
                 xs = [b.load(self.at(b, p, k), typ=ty) for p in arows]
                 ys = [b.load(self.at(b, p, k), typ=ty) for p in bcols]
@@ -377,6 +373,34 @@ class GemmBuilder:
                         b.store(b.fadd(b.load(sums[r][q], typ=ty), old), p)
         b.ret_void()
         return self.batched(fn, f"gradir_dot_{self.suffix}", scratch=False)
+
+    @staticmethod
+    def lane_sums(b, vectors: list, W: int) -> list:
+        """Each vector's lanes summed by halving (lanes [0, w/2) plus [w/2, w) of every group of w lanes, w = W, W/2,
+        ..., 1): a fixed tree, so the same sums on any CPU. Two vectors are halved together by two shuffles and one
+        add (their groups interleaved), so n vectors take about 3n operations, not 3n log W."""
+        i32 = ir.IntType(32)
+        assert len(vectors) & (len(vectors) - 1) == 0, "vectors are paired up"
+        names = [[i] for i in range(len(vectors))]  # per vector, whose partial sum each group of lanes holds
+        w = W  # every group's width
+        while w > 1:
+            h, groups = w // 2, len(names[0])
+            if len(vectors) > 1:  # pair up: each result holds both vectors' groups, each half as wide
+                half = lambda o: ir.Constant(ir.VectorType(i32, 2 * groups * h), [
+                    lane for j in range(groups) for base in (0, W) for lane in range(base + j * w + o, base + j * w + o + h)])
+                vectors = [b.fadd(b.shuffle_vector(x, y, half(0)), b.shuffle_vector(x, y, half(h)))
+                           for x, y in zip(vectors[::2], vectors[1::2])]
+                names = [[n for pair in zip(x, y) for n in pair] for x, y in zip(names[::2], names[1::2])]
+            else:  # one vector left: halve its groups in place (it narrows)
+                x = vectors[0]
+                half = lambda o: ir.Constant(ir.VectorType(i32, groups * h),
+                                             [j * w + o + t for j in range(groups) for t in range(h)])
+                vectors = [b.fadd(b.shuffle_vector(x, x, half(0)), b.shuffle_vector(x, x, half(h)))]
+                W = groups * h
+            w = h
+        total = {n: b.extract_element(v, ir.Constant(i32, lane)) for v, ns in zip(vectors, names)
+                 for lane, n in enumerate(ns)}
+        return [total[i] for i in range(len(total))]
 
     def block_elements(self, b, N, K):
         """Elements of the packed B block: min(K, KC) rows of min(N, NC) columns rounded up to whole panels."""
