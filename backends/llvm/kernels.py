@@ -34,6 +34,7 @@ GEMM_PIECE = 1 << 22            # and at least this many multiply-adds: OpenBLAS
 # columns (OpenBLAS's rows) changed dgemm's results at any piece size, so only rows and batches are split. (Measured
 # on one CPU: which kernel OpenBLAS picks depends on it, so tests compare split products within rounding.)
 UNROLLED_INSIDE = 64  # loops around fewer iterations than this may be unrolled by LLVM (close_loops)
+VECTOR_INSIDE = 16    # innermost loops (inside another) of this many iterations and more are not unrolled whole
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
@@ -152,9 +153,14 @@ class LoopKernel(Emitter):
         for j, lp in reversed(opened):
             # a loop around at least UNROLLED_INSIDE iterations is not unrolled: LLVM would copy the vectorized
             # inner loop once per iteration (a broadcast subtract over [32, 16, 32, 32]: 5,000 lines, 0.2 s of
-            # compile) for no measurable speed
+            # compile) for no measurable speed. A loop nest's innermost loop of VECTOR_INSIDE to UNROLLED_INSIDE
+            # iterations is not unrolled either: unrolled whole, LLVM vectorized the loop around it instead, with
+            # gathers and scatters (rotary embeddings' [4, 4, 64, 32] products ran at 1 ns an element; row
+            # kernels' passes and longer loops measured faster left alone)
             inside = math.prod(self.plan.loops[i].size for i, _ in opened if i > j)
-            self.loop_end(lp, unroll=inside < UNROLLED_INSIDE)
+            gathered = inside == 1 and j > 0 and self.k.outer is None and \
+                VECTOR_INSIDE <= self.plan.loops[j].size < UNROLLED_INSIDE
+            self.loop_end(lp, unroll=inside < UNROLLED_INSIDE and not gathered)
             del self.counters[j]
 
     def term(self, t: Term) -> ir.Value:
