@@ -145,3 +145,29 @@ def test_window_rows_are_loops_llvm_may_not_unroll():
     assert '!"llvm.loop.unroll.disable"' in ir_text and "gradir.loop.id" not in ir_text
     np.testing.assert_array_equal(f(cols), gr.compile(lambda c: gr.nn.fold(c, (8, 8), (3, 3), padding=(1, 1)),
                                                       backend="numpy")(cols))
+
+
+PLACEMENTS = {
+    "concatenate of three": lambda x, y, z: gr.concatenate([x, y[..., :1], z[..., :5]], axis=-1) * 2.0,
+    "two pads summed": lambda x, y, z: gr.pad(x, [(0, 0), (0, 0), (2, 7)]) + gr.pad(z, [(0, 0), (0, 0), (1, 7)]),
+    "a slice written": lambda x, y, z: gr.slice_scatter(gr.tanh(z), x[..., :4], axis=2, start=3, end=7),
+    "softmax over a concatenate": lambda x, y, z: gr.nn.softmax(gr.concatenate([x, z], axis=-1), axis=-1),
+    "a strided slice written": lambda x, y, z: gr.slice_scatter(z, x[..., :3], axis=2, start=1, end=7, step=2),
+}
+
+
+@pytest.mark.parametrize("case", PLACEMENTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_placements_cut_their_innermost_loop_and_match_numpy(case, dtype):
+    """A kernel placing operands along its innermost axis runs that loop in pieces where each operand is wholly in
+    or out (conditional loads there were vectorized as gathers); values and gradients are the NumPy backend's.
+    A strided placement keeps one loop with a condition per element."""
+    f = PLACEMENTS[case]
+    x, y, z = data((2, 3, 8), dtype, 1), data((2, 3, 2), dtype, 2), data((2, 3, 9), dtype, 3)
+    loss = lambda x, y, z: gr.sum(f(x, y, z) * gr.arange(f(x, y, z).shape[-1], dtype=dtype))
+    for fn in (f, gr.grad(loss, argnums=(0, 1, 2))):
+        want, got = both(fn, x, y, z)
+        for w, g in zip(*(v if isinstance(v, tuple) else (v,) for v in (want, got))):
+            np.testing.assert_allclose(g, w, rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-6)
+    ir_text = gr.compile(f).executable(x, y, z).module_ir
+    assert bool(re.search(r'"p0s\d+', ir_text)) == ("strided" not in case)

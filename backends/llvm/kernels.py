@@ -7,6 +7,7 @@ unfold/fold) are in index_kernels.py. codegen.py's ModuleBuilder creates the fun
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -110,6 +111,7 @@ class LoopKernel(Emitter):
     """A fused loop nest: outer loops over the row axes, then one loop nest per pass over the inner axes."""
 
     pass_index = 0  # the pass being emitted (row values between passes count as the pass before)
+    segment = None  # (counter, lo, hi): the piece of the innermost loop being emitted (placement_segments)
 
     def emit(self):
         k, b = self.k, self.b
@@ -139,17 +141,19 @@ class LoopKernel(Emitter):
             if n in self.k.accumulated:  # disk cache's key, run to run)
                 self.fill(n, reduction_identity(n.op, n.dtype))
 
-    def open_loops(self, outer: bool) -> list[Loop]:
-        """Open the plan's outer (row) or inner loops, outermost first (the split one over this thread's part)."""
+    def open_loops(self, outer: bool, but_last: bool = False) -> list[Loop]:
+        """Open the plan's outer (row) or inner loops, outermost first (the split one over this thread's part;
+        `but_last`: all but the innermost, which the caller opens)."""
         opened = []
-        for j, lp in enumerate(self.plan.loops):
+        for j, lp in enumerate(self.plan.loops[:-1] if but_last else self.plan.loops):
             if lp.outer == outer:
                 name = f"{'o' if outer else f'p{self.pass_index}i'}{lp.axes[0]}"
                 opened.append((j, self.loop_range(*self.part, name) if j == self.split else self.loop_begin(lp.size, name)))
                 self.counters[j] = opened[-1][1].index
         return opened
 
-    def close_loops(self, opened) -> None:
+    def close_loops(self, opened, inner: int = 1) -> None:
+        """Close the `opened` loops (`inner`: the iterations of loops inside them the caller closed)."""
         for j, lp in reversed(opened):
             # a loop around at least UNROLLED_INSIDE iterations is not unrolled: LLVM would copy the vectorized
             # inner loop once per iteration (a broadcast subtract over [32, 16, 32, 32]: 5,000 lines, 0.2 s of
@@ -157,7 +161,7 @@ class LoopKernel(Emitter):
             # iterations is not unrolled either: unrolled whole, LLVM vectorized the loop around it instead, with
             # gathers and scatters (rotary embeddings' [4, 4, 64, 32] products ran at 1 ns an element; row
             # kernels' passes and longer loops measured faster left alone)
-            inside = math.prod(self.plan.loops[i].size for i, _ in opened if i > j)
+            inside = inner * math.prod(self.plan.loops[i].size for i, _ in opened if i > j)
             gathered = inside == 1 and j > 0 and self.k.outer is None and \
                 VECTOR_INSIDE <= self.plan.loops[j].size < UNROLLED_INSIDE
             self.loop_end(lp, unroll=inside < UNROLLED_INSIDE and not gathered)
@@ -292,17 +296,21 @@ class LoopKernel(Emitter):
 
     def in_range(self, c, lo: int, hi: int):
         b = self.b
+        if self.segment is not None and c is self.segment[0]:  # known for the whole piece (placement_segments)
+            seg_lo, seg_hi = self.segment[1:]
+            if lo <= seg_lo and seg_hi <= hi or seg_hi <= lo or hi <= seg_lo:
+                return ir.Constant(I1, int(lo <= seg_lo and seg_hi <= hi))
         return b.and_(b.icmp_signed(">=", c, ir.Constant(I64, lo)), b.icmp_signed("<", c, ir.Constant(I64, hi)))
 
     def strided(self, c, start: int, step: int, count: int):
         """(inside, k): whether coordinate c is start + k*step for some 0 <= k < count, and k."""
         b = self.b
         t = b.sub(c, ir.Constant(I64, start))
-        k = t if step == 1 else b.sdiv(t, ir.Constant(I64, step))
+        if step == 1:
+            return self.in_range(c, start, start + count), t
         inside = self.in_range(t, 0, count * step - step + 1) if count else ir.Constant(I1, 0)
-        if step != 1:
-            inside = b.and_(inside, b.icmp_signed("==", b.srem(t, ir.Constant(I64, step)), ir.Constant(I64, 0)))
-        return inside, k
+        inside = b.and_(inside, b.icmp_signed("==", b.srem(t, ir.Constant(I64, step)), ir.Constant(I64, 0)))
+        return inside, b.sdiv(t, ir.Constant(I64, step))
 
     def load_where(self, inside, u: Value, coords, otherwise) -> ir.Value:
         """u at coords where `inside`, else `otherwise`: a load under a branch, which the vectorizer turns
@@ -395,20 +403,59 @@ class LoopKernel(Emitter):
     def emit_pass(self, p: int) -> None:
         k = self.k
         self.pass_index = p
-        loops = self.open_loops(outer=False)
-        memo: dict = {}
+        segments = self.placement_segments()
+        loops = self.open_loops(outer=False, but_last=segments is not None)
         full = tuple(range(len(k.domain)))
+        for segment in segments or [None]:
+            if segment is not None:  # the innermost loop over one segment: every placement is in or out whole
+                j, (lo, hi) = len(self.plan.loops) - 1, segment
+                inner = self.loop_range(ir.Constant(I64, lo), ir.Constant(I64, hi), f"p{p}s{lo}")
+                self.counters[j], self.segment = inner.index, (inner.index, lo, hi)
+            memo: dict = {}
+            for n in k.nodes:
+                if k.passes.get(n) != p or n in k.row_after and n.op not in REDUCTIONS and n.op not in ("argmax", "argmin"):
+                    continue
+                if n.op in REDUCTIONS:
+                    x = self.value(n.inputs[0], full, memo)
+                    self.accumulate(n, x)
+                elif n.op in ("argmax", "argmin"):
+                    self.arg_step(n, self.value(n.inputs[0], full, memo))
+                elif n in k.stored:
+                    self.store_value(n, self.compute(n, memo))
+            if segment is not None:
+                self.loop_end(inner, unroll=not VECTOR_INSIDE <= hi - lo < UNROLLED_INSIDE)
+                del self.counters[j]
+                self.segment = None
+        self.close_loops(loops, inner=self.plan.loops[-1].size if segments else 1)
+
+    def placement_segments(self) -> list[tuple[int, int]] | None:
+        """The innermost loop of a kernel placing elements (pad, concatenate, update_slice), cut where an operand's
+        range begins or ends along it, so each piece loads every operand or none without a condition per element
+        (conditional loads of three concatenated operands were vectorized as gathers: 100 us for [8, 64, 384]);
+        None where that loop is not cut (a strided placement along it, one piece, a split or outer loop)."""
+        k, loops = self.k, self.plan.loops
+        if not loops or not any(n.op in PLACEMENTS for n in k.nodes):
+            return None
+        j = len(loops) - 1
+        if loops[j].outer or j == self.split or len(loops[j].axes) != 1:
+            return None
+        d, size, cuts = loops[j].axes[0], loops[j].size, {0, loops[j].size}
         for n in k.nodes:
-            if k.passes.get(n) != p or n in k.row_after and n.op not in REDUCTIONS and n.op not in ("argmax", "argmin"):
+            if n.op not in PLACEMENTS or d not in k.maps[n]:
                 continue
-            if n.op in REDUCTIONS:
-                x = self.value(n.inputs[0], full, memo)
-                self.accumulate(n, x)
-            elif n.op in ("argmax", "argmin"):
-                self.arg_step(n, self.value(n.inputs[0], full, memo))
-            elif n in k.stored:
-                self.store_value(n, self.compute(n, memo))
-        self.close_loops(loops)
+            i, a = k.maps[n].index(d), n.attrs
+            if n.op == "pad":
+                if a["interior"][i]:
+                    return None
+                cuts |= {a["lo"][i], a["lo"][i] + n.inputs[0].shape[i]}
+            elif n.op == "concatenate" and a["axis"] == i:
+                cuts |= set(itertools.accumulate(x.shape[i] for x in n.inputs))
+            elif n.op == "update_slice":
+                if a["steps"][i] != 1:
+                    return None
+                cuts |= {a["starts"][i], a["stops"][i]}
+        cuts = sorted(c for c in cuts if 0 <= c <= size)
+        return list(zip(cuts, cuts[1:])) if len(cuts) > 2 else None
 
     def combine(self, op: str, dt, acc, x):
         b = self.b
