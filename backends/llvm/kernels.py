@@ -157,14 +157,16 @@ class LoopKernel(Emitter):
         for j, lp in reversed(opened):
             # a loop around at least UNROLLED_INSIDE iterations is not unrolled: LLVM would copy the vectorized
             # inner loop once per iteration (a broadcast subtract over [32, 16, 32, 32]: 5,000 lines, 0.2 s of
-            # compile) for no measurable speed. A loop nest's innermost loop of VECTOR_INSIDE to UNROLLED_INSIDE
+            # compile) for no measurable speed, unless it accumulates into memory (a bias gradient's column sums:
+            # unrolled, each pass over the accumulator row adds several rows; 33 vs 40 us at 2 threads). A loop
+            # nest's innermost loop of VECTOR_INSIDE to UNROLLED_INSIDE
             # iterations is not unrolled either: unrolled whole, LLVM vectorized the loop around it instead, with
             # gathers and scatters (rotary embeddings' [4, 4, 64, 32] products ran at 1 ns an element; row
             # kernels' passes and longer loops measured faster left alone)
             inside = inner * math.prod(self.plan.loops[i].size for i, _ in opened if i > j)
             gathered = inside == 1 and j > 0 and self.k.outer is None and \
                 VECTOR_INSIDE <= self.plan.loops[j].size < UNROLLED_INSIDE
-            self.loop_end(lp, unroll=inside < UNROLLED_INSIDE and not gathered)
+            self.loop_end(lp, unroll=(inside < UNROLLED_INSIDE or bool(self.k.accumulated)) and not gathered)
             del self.counters[j]
 
     def term(self, t: Term) -> ir.Value:
