@@ -337,11 +337,12 @@ class GemmBuilder:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         umin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
         body = c64(0) if W == 1 else b.and_(K, c64(-W))
+        acc = [[b.alloca(vec) for _ in range(tile)] for _ in range(tile)]  # (in the entry block: registers)
+        sums = [[b.alloca(ty) for _ in range(tile)] for _ in range(tile)]
         with counted(b, 0, N, tile, name="dj", hints=SCALAR) as j0, counted(b, 0, M, tile, name="di", hints=SCALAR) as i0:
             # past the product's last row or column, a tile repeats it (loaded, summed, not stored)
             arows = [self.at(b, a, b.mul(umin(b.add(i0, c64(r)), b.sub(M, c64(1))), sam)) for r in range(tile)]
             bcols = [self.at(b, bm, b.mul(umin(b.add(j0, c64(q)), b.sub(N, c64(1))), sbn)) for q in range(tile)]
-            acc = [[b.alloca(vec) for _ in range(tile)] for _ in range(tile)]
             for row in acc:
                 for slot in row:
                     b.store(ir.Constant(vec, [0.0] * W), slot)
@@ -353,7 +354,6 @@ class GemmBuilder:
                     for q in range(tile):
                         b.store(b.call(fma, [xs[r], ys[q], b.load(acc[r][q], typ=vec)]), acc[r][q])
             totals = self.lane_sums(b, [b.load(slot, typ=vec) for row in acc for slot in row], W)
-            sums = [[b.alloca(ty) for _ in range(tile)] for _ in range(tile)]
             for r in range(tile):
                 for q in range(tile):
                     b.store(totals[r * tile + q], sums[r][q])
@@ -422,13 +422,12 @@ class GemmBuilder:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         field = lambda d, f: b.load(b.gep(batch, [b.add(b.mul(d, c64(4)), c64(f))], source_etype=I64, inbounds=True),
                                      typ=I64)
-        total = b.alloca(I64)
+        total, rest, offsets = b.alloca(I64), b.alloca(I64), [b.alloca(I64) for _ in range(3)]
         b.store(c64(1), total)
         with counted(b, 0, nbatch, name="nb", hints=SCALAR) as d:
             b.store(b.mul(b.load(total, typ=I64), field(d, 0)), total)
         bp = ir.Constant(PTR, None) if not scratch else b.call(
             malloc, [b.mul(b.add(self.block_elements(b, N, K), c64(s.kc * s.mr + s.mr * s.nr)), c64(self.size))])
-        rest, offsets = b.alloca(I64), [b.alloca(I64) for _ in range(3)]
         with counted(b, 0, b.load(total, typ=I64), name="t") as t:
             b.store(t, rest)
             for o in offsets:
