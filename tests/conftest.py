@@ -76,11 +76,24 @@ def eager_backend(request):
     gradir.api.transforms.EAGER_BACKEND = before
 
 
+SPLIT_EVERYTHING = (("PARALLEL_LOOP_WORK", 0), ("PARALLEL_MATMUL_WORK", 0), ("LOOP_GRAIN", 1), ("GEMM_GRAIN", 1),
+                    ("GEMM_PIECE", 1))
+
+
 @pytest.fixture
 def split_everything(monkeypatch):
     """Every kernel that may be split is split, at the finest grain (so small programs test the partitions,
     including vector bodies and scalar tails that differ from one thread's)."""
     from gradir.backends.llvm import kernels
-    for name, value in (("PARALLEL_LOOP_WORK", 0), ("PARALLEL_MATMUL_WORK", 0), ("LOOP_GRAIN", 1),
-                        ("GEMM_GRAIN", 1), ("GEMM_PIECE", 1)):
+    for name, value in SPLIT_EVERYTHING:
         monkeypatch.setattr(kernels, name, value)
+
+
+def pytest_configure(config):
+    """GRADIR_TEST_SPLIT_EVERYTHING=1: the whole run splits every kernel that may be split (the sweep to rerun after
+    touching the LLVM kernels, with GRADIR_NUM_THREADS=2, over the LLVM-vs-reference tests: the transformers zoo,
+    the op menus, edge shapes; ~6 min, so not in CI)."""
+    if os.environ.get("GRADIR_TEST_SPLIT_EVERYTHING") == "1":
+        from gradir.backends.llvm import kernels
+        for name, value in SPLIT_EVERYTHING:
+            setattr(kernels, name, value)
