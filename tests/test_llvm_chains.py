@@ -49,9 +49,9 @@ def test_a_chained_convolution_step_is_bit_for_bit_the_unchained_one(split_every
 
 
 def test_a_product_written_over_its_unfolds_input_still_runs_image_by_image(split_everything):
-    """The planner places the second product's output (8, 6, 25) on the ReLU output its unfold read... when both are
-    the same size per image; a chain then writes image i's output only after reading image i's input and before
-    reading image i + 1's. Chosen sizes: 6 channels of 5x5 in, 6 channels of 5x5 out."""
+    """The memory planner may put the second product's output (8, 6, 25) on the ReLU output its unfold reads (6
+    channels of 5x5 in and out: the same size per image); chained, image i's output is written after image i's
+    input was read and before image i + 1's is, so the chain stays and the results are right."""
     def f(w1, w2, x):
         h = gr.nn.relu(gr.nn.conv2d(x, w1, padding=1))
         return gr.sum(gr.tanh(gr.nn.conv2d(h, w2, padding=1)) ** 2)
