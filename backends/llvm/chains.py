@@ -81,8 +81,8 @@ def before_later_reads(program: FusedProgram, write: tuple, read: tuple) -> bool
 
 def commute(program: FusedProgram, m: Kernel, x: Kernel) -> bool:
     """Whether kernels m and x give the same results in either order: neither writes memory the other touches."""
-    owners = lambda k, values: [program.access[v].owner for v in values]
-    m_in, m_out, x_in, x_out = owners(m, m.inputs), owners(m, m.outputs), owners(x, x.inputs), owners(x, x.outputs)
+    owners = lambda values: [program.access[v].owner for v in values]
+    m_in, m_out, x_in, x_out = owners(m.inputs), owners(m.outputs), owners(x.inputs), owners(x.outputs)
     return not any(overlap(program, a, b) for a, b in
                    [(a, b) for a in m_out for b in x_in + x_out] + [(a, b) for a in m_in for b in x_out])
 

@@ -89,12 +89,13 @@ class ModuleBuilder:
         params = self.params.get(k.index)
         return kernel_params(k, self.program) if params is None else params
 
-    def _function(self, name: str, params: int, extra: int) -> ir.Function:
-        """An internal, never-inlined function of `params` noalias buffers and `extra` i64s, returning a status."""
+    def _function(self, name: str, params: int, extra: int, noalias: bool = True) -> ir.Function:
+        """An internal, never-inlined function of `params` buffers (noalias unless told) and `extra` i64s,
+        returning a status."""
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * params + [I64] * extra), name=name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # compiled once, called from every place of the driver's table it runs
-        for a in fn.args[:params]:
+        for a in fn.args[:params] if noalias else ():
             a.add_attribute("noalias")
         return fn
 
@@ -130,11 +131,8 @@ class ModuleBuilder:
         calls each kernel's body on one image at a time; threads share images as they share either kernel's."""
         name = f"{first.name}+{second.name}"
         params = len(self.kernel_params(first)) + len(self.kernel_params(second))
-        fn, body = (ir.Function(self.module, ir.FunctionType(I32, [PTR] * params + [I64] * extra), name=f)
-                    for f, extra in ((name, 1), (f"{name}.body", 2)))
-        for f in (fn, body):  # (no noalias: the second kernel reads what the first writes)
-            f.linkage = "internal"
-            f.attributes.add("noinline")
+        # (no noalias: the second kernel reads what the first writes)
+        fn, body = (self._function(f, params, extra, noalias=False) for f, extra in ((name, 1), (f"{name}.body", 2)))
         b = ir.IRBuilder(body.append_basic_block("entry"))
         cut = len(self.kernel_params(first))
         lo, hi = body.args[-2:]
