@@ -111,7 +111,7 @@ def test_model_workloads_agree_with_gradir_numpy_on_llvm_and_torch(key):
     assert np.isfinite(loss) and set(grads) == set(w.names) and any(np.abs(g).max() > 0 for g in grads.values())
     if "llvm" in runners:  # the roofline listing's input: one row per kernel, products counted as 2MNK
         rows = runners["llvm"].profile()
-        assert rows and all(r["s"] >= 0 and r["bytes"] > 0 for r in rows)
+        assert rows and all(r["s"] >= 0 and r["s_in_order"] >= 0 and r["bytes"] > 0 for r in rows)
         assert sum(r["flops"] for r in rows) > 0
 
 
@@ -127,15 +127,15 @@ PEAKS = {"gflops_numpy": 100.0, "gflops_torch": 120.0, "gbs_numpy": 20.0, "gbs_t
 
 
 def test_the_profile_listing_gives_each_kernels_rates_against_the_roofline():
-    rows = [{"kernel": "k0 matmul  gemm", "s": 1e-3, "flops": 60e6, "bytes": 1e6},  # 60 GFLOP/s of 120
-            {"kernel": "k1 loop    for [1000]", "s": 2e-3, "flops": 1e6, "bytes": 25e6},  # 12.5 GB/s of 25
-            {"kernel": "k2 numpy   NumPy fallback (unfold)", "s": 1e-6, "flops": 0, "bytes": 10}]
+    rows = [{"kernel": "k0 matmul  gemm", "s": 1e-3, "s_in_order": 1.5e-3, "flops": 60e6, "bytes": 1e6},  # 60 of 120
+            {"kernel": "k1 loop    for [1000]", "s": 2e-3, "s_in_order": 3e-3, "flops": 1e6, "bytes": 25e6},  # 12.5 of 25
+            {"kernel": "k2 numpy   NumPy fallback (unfold)", "s": 1e-6, "s_in_order": 2e-6, "flops": 0, "bytes": 10}]
     text = rl.render_profile("fake", rows, PEAKS, top=2)
-    assert "3 kernels, 3,001 µs run one at a time; top 2 by time:" in text
+    assert "3 kernels, 3,001 µs run one at a time, 4,502 µs in program order" in text and "top 2 by time:" in text
     lines = [ln for ln in text.splitlines() if ln.startswith("| `")]
     assert len(lines) == 2 and lines[0].startswith("| `k1 loop")  # the slowest first, k2 cut
-    assert "| 2,000.0 | 67% | 0.5 | 12.5 | 0.04 | 50% (memory) |" in lines[0]
-    assert "| 1,000.0 | 33% | 60.0 | 1.0 | 60.00 | 50% (compute) |" in lines[1]
+    assert "| 2,000.0 | 3,000.0 | 67% | 0.5 | 12.5 | 0.04 | 50% (memory) |" in lines[0]
+    assert "| 1,000.0 | 1,500.0 | 33% | 60.0 | 1.0 | 60.00 | 50% (compute) |" in lines[1]
     assert "roofline from 120 GFLOP/s and 25.0 GB/s" in rl.peaks_line(PEAKS)
 
 

@@ -291,7 +291,10 @@ def test_an_unrolled_loop_compiles_each_distinct_kernel_once():
     assert len(compiled.program.kernels) >= 20 and len(groups) <= 8
     assert compiled.module_ir.count("define internal i32 @") == len(groups)
     assert f"{len(compiled.program.kernels)} compiled kernels run {len(groups)} functions" in compiled.source
-    assert len(compiled.profile(x)) == len(compiled.program.kernels)
+    alone, in_order = compiled.profile(x, repeats=3), compiled.profile(x, repeats=3, in_order=True)
+    assert len(alone) == len(in_order) == len(compiled.program.kernels)
+    assert [h for h, _ in alone] == [h for h, _ in in_order] and all(t > 0 for _, t in in_order)
+    assert_same(c(x), ref)  # profiling left the executable as it was
 
 
 def deep_mlp(ws, x):

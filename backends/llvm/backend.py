@@ -339,33 +339,37 @@ class LLVMCompiled:
                 for pos in ready_after[i]:
                     on_ready(pos, outs[pos])
 
-    def profile(self, *args, repeats: int = 20) -> list[tuple[str, float]]:
-        """(kernel header, median seconds) for each kernel, run one at a time on `args` (a flat list)."""
+    def profile(self, *args, repeats: int = 20, in_order: bool = False) -> list[tuple[str, float]]:
+        """(kernel header, median seconds) for each kernel on `args` (a flat list): each run `repeats` times in a
+        row (its operands in cache from its own last run), or with `in_order`, every kernel once per round in
+        program order (its operands where the kernels before it left them, as in a step; chained kernels run
+        apart)."""
         with self._lock:
-            return self._profile(args, repeats)
+            return self._profile(args, repeats, in_order)
 
-    def _profile(self, args, repeats):
+    def _profile(self, args, repeats, in_order):
         outs = self._run(args)  # fills the slots and the arena; `outs` keeps the output buffers alive
-        times = []
+        runs = []
         for k in self.program.kernels:
             if k.kind == NUMPY:
-                run = lambda k=k: self._run_numpy(k, self._last_inputs, outs)
+                runs.append(lambda k=k: self._run_numpy(k, self._last_inputs, outs))
             else:  # the driver, on a table of this one kernel
                 table = self._builder.table([k])
-                run = lambda t=table.ctypes.data: self._driver(self._slots_ptr, t, 1, self._failed_ptr, self.threads)
-            samples = []
-            if self.threads > 1:
-                POOL.ensure(self.threads - 1)
-            if self._blas:
-                jit.BLAS_SERIAL.enter()
-            for _ in range(repeats):
+                runs.append(lambda t=table, a=table.ctypes.data: self._driver(self._slots_ptr, a, 1, self._failed_ptr,
+                                                                              self.threads))
+        samples = [[] for _ in runs]
+        if self.threads > 1:
+            POOL.ensure(self.threads - 1)
+        if self._blas:
+            jit.BLAS_SERIAL.enter()
+        for i in range(repeats) if in_order else range(len(runs)):
+            for j in range(len(runs)) if in_order else [i] * repeats:
                 t0 = time.perf_counter()
-                run()
-                samples.append(time.perf_counter() - t0)
-            if self._blas:
-                jit.BLAS_SERIAL.leave()
-            times.append((kernel_header(k, self.program), float(np.median(samples))))
-        return times
+                runs[j]()
+                samples[j].append(time.perf_counter() - t0)
+        if self._blas:
+            jit.BLAS_SERIAL.leave()
+        return [(kernel_header(k, self.program), float(np.median(s))) for k, s in zip(self.program.kernels, samples)]
 
     def _array(self, u: Value, ins, outs) -> np.ndarray:
         """A NumPy view of stored value u (for kernels that run on the NumPy reference)."""
