@@ -42,7 +42,7 @@ from llvmlite import ir
 from . import jit
 from .emitter import counted, module_text
 
-I64, PTR = ir.IntType(64), ir.PointerType()
+I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
 VOID = ir.VoidType()
 SIGNATURE = ir.FunctionType(VOID, [I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64, I64, PTR])
 """gradir_gemm_f32/f64(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, beta, nbatch, batch), as kernels' modules
@@ -331,6 +331,8 @@ class GemmBuilder:
         name = f"llvm.fma.v{W}f{self.size * 8}"
         fma = self.m.globals.get(name) or ir.Function(self.m, ir.FunctionType(vec, [vec] * 3), name)
         fma1 = ir.Function(self.m, ir.FunctionType(ty, [ty] * 3), f"llvm.fma.f{self.size * 8}")
+        prefetch = ir.Function(self.m, ir.FunctionType(VOID, [PTR, I32, I32, I32]), "llvm.prefetch.p0")
+        i32 = lambda v: ir.Constant(I32, v)
         fn = ir.Function(self.m, ONE, name=f"dot_one_{self.suffix}")
         fn.linkage = "internal"
         M, N, K, a, sam, _, bm, _, sbn, c, ldc, beta, _ = fn.args
@@ -346,8 +348,14 @@ class GemmBuilder:
             for row in acc:
                 for slot in row:
                     b.store(ir.Constant(vec, [0.0] * W), slot)
+            # the next tile's B columns (a weight gradient's come from memory) are fetched into L2 while this tile
+            # is summed: each pass over these columns (one per tile of rows) fetches one of them, a line per step
+            # of k (in the CNN step: 6.7 -> 5.7 ms for the three big weight gradients)
+            ahead = b.add(b.add(j0, c64(tile)), b.urem(b.udiv(i0, c64(tile)), c64(tile)))
+            ahead = self.at(b, bm, b.mul(umin(ahead, b.sub(N, c64(1))), sbn))
             with counted(b, 0, body, W, name="dk", hints=SCALAR) as k:  # (vector code already: LLVM's unrolling
                 # of it bought nothing measurable and cost compile time)
+                b.call(prefetch, [self.at(b, ahead, k), i32(0), i32(2), i32(1)])  # (read, L2, data)
                 xs = [b.load(self.at(b, p, k), typ=vec, align=self.size) for p in arows]
                 ys = [b.load(self.at(b, p, k), typ=vec, align=self.size) for p in bcols]
                 for r in range(tile):
