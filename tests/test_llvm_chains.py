@@ -1,7 +1,7 @@
 """Image chains (backends/llvm/chains.py): a convolution's unfold and product, and its input gradient's product
-and fold, run image by image. Same buffers and the same code per image, so results are bit for bit those of the
-kernels run one after the other, at every thread count, and the NumPy backend's within rounding; neighbours
-that read another image's columns are not chained."""
+and fold, run image by image. The same code per image, so results are bit for bit those of the kernels run one
+after the other, at every thread count (also where a buffer between them is one image's worth, reused), and the
+NumPy backend's within rounding; neighbours that read another image's columns are not chained."""
 
 from __future__ import annotations
 
@@ -25,11 +25,13 @@ def two_convolutions(w1, w2, x):
     return gr.sum(gr.tanh(gr.nn.conv2d(h, w2, padding=1, stride=2)) ** 2)
 
 
-def chained_kinds(ex) -> set[tuple[str, str]]:
+def chained_kinds(ex, reused_only: bool = False) -> set[tuple[str, str]]:
+    """(first, second) of each chain: the window op or the kernel kind; only chains reusing the buffer between
+    them image after image (chains.reused_per_image) with `reused_only`."""
     kernels = ex.program.kernels
-    return {(kernels[p].nodes[0].op if kernels[p].kind == WINDOW else kernels[p].kind,
-             kernels[c].nodes[0].op if kernels[c].kind == WINDOW else kernels[c].kind)
-            for p, (c, _) in ex.chains.items()}
+    kind = lambda k: k.nodes[0].op if k.kind == WINDOW else k.kind
+    return {(kind(kernels[p]), kind(kernels[c])) for p, (c, _) in ex.chains.items()
+            if not reused_only or chains.reused_per_image(ex.program, kernels[p], kernels[c])}
 
 
 def test_a_chained_convolution_step_is_bit_for_bit_the_unchained_one(split_everything, monkeypatch):
@@ -38,6 +40,11 @@ def test_a_chained_convolution_step_is_bit_for_bit_the_unchained_one(split_every
     results, ex = at_thread_counts(step, *args)
     assert {("unfold", MATMUL), (MATMUL, "fold")} <= chained_kinds(ex)
     assert "+k" in ex.module_ir.split("@gradir_run")[0]  # the chains' functions
+    # the input gradient's columns go only from its product to its fold: one image's worth per thread is used
+    # over and over; the unfold's columns are read again by the weight gradient: kept whole
+    reused = chained_kinds(ex, reused_only=True)
+    assert (MATMUL, "fold") in reused and ("unfold", MATMUL) not in reused
+    assert "* the buffer between them is one image's worth" in ex.sharing
     monkeypatch.setattr(codegen, "image_chains", lambda program, kernels: {})
     unchained, plain = at_thread_counts(step, *args, counts=(1,))
     assert not plain.chains

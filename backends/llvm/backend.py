@@ -215,8 +215,12 @@ class LLVMCompiled:
             lines.append(f"  @{self.functions[f]} runs {shown}")
         if self.chains:
             names = self.program.kernels
-            pairs = ", ".join(f"{names[p].name}+{names[c].name}" for p, (c, _) in self.chains.items())
+            reused = lambda p: "+reused" in self._builder.entries[self._builder.chain_of[p]][0]
+            pairs = ", ".join(f"{names[p].name}+{names[c].name}{'*' if reused(p) else ''}"
+                              for p, (c, _) in self.chains.items())
             lines.append(f"image by image (each image's columns still in cache for the second kernel): {pairs}")
+            if any(reused(p) for p in self.chains):
+                lines.append("  * the buffer between them is one image's worth per thread, used image after image")
         return "\n".join(lines)
 
     @property

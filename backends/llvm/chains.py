@@ -18,6 +18,7 @@ from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
 from gradir.passes.fusion import MATMUL, WINDOW, FusedProgram, Kernel
 
+from ..sharing import kernel_params
 from .kernels import batch_strides, gemm_operands, split_of
 
 
@@ -87,6 +88,26 @@ def commute(program: FusedProgram, m: Kernel, x: Kernel) -> bool:
                    [(a, b) for a in m_out for b in x_in + x_out] + [(a, b) for a in m_in for b in x_out])
 
 
+def reused_per_image(program: FusedProgram, p: Kernel, c: Kernel) -> tuple[int, int, int] | None:
+    """For chained kernels p and c: (its parameter number in p, in c, bytes per image) of the buffer p writes and
+    c reads image by image, when nothing else touches it and it shares memory with nothing else p or c touches;
+    then a thread's piece of images can use the part of its first image over and over: one image's worth that
+    stays in cache (the input gradient's columns, 18 MB for a 16-channel 3x3 convolution of 32 images, never go
+    to memory). None otherwise (an unfold's columns, read again by the weight gradient)."""
+    written = writes_per_image(program, p)
+    if written is None:
+        return None
+    owner, _, size = written
+    position = lambda k: next((i for i, o in enumerate(kernel_params(k, program)) if o is owner), None)
+    if owner not in program.arena_offsets or position(c) is None or \
+            any(overlap(program, o, owner) for o in kernel_params(p, program) + kernel_params(c, program)
+                if o is not owner):
+        return None
+    if any(position(k) is not None for k in program.kernels if k is not p and k is not c):
+        return None
+    return position(p), position(c), size * owner.dtype.itemsize
+
+
 def writes_per_image(program: FusedProgram, k: Kernel) -> tuple[Value, int, int] | None:
     """(owner, first element, elements per image) of what window or matmul kernel k writes: image i's part is
     [first + i * size, first + (i + 1) * size) of owner's buffer; None if k writes otherwise."""
@@ -135,4 +156,4 @@ def overlap(program: FusedProgram, a: Value, b: Value) -> bool:
     return at is not None and bt is not None and at < bt + b.nbytes and bt < at + a.nbytes
 
 
-__all__ = ["image_chains"]
+__all__ = ["image_chains", "reused_per_image"]

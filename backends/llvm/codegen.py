@@ -25,7 +25,7 @@ from gradir.passes.fusion import LOOP, MATMUL, NUMPY, SCAN, SCATTER, WINDOW, Fus
 
 from ..loops import lowering
 from ..sharing import kernel_params, share
-from .chains import image_chains
+from .chains import image_chains, reused_per_image
 from .emitter import I8, I32, I64, PTR, counted
 from .index_kernels import ScanKernel, ScatterKernel, WindowKernel
 from .kernels import LoopKernel, MatmulKernel, split_of
@@ -58,7 +58,8 @@ class ModuleBuilder:
         self.params: dict[int, list[Value]] = {}  # kernel index -> its buffers (kernel_params)
         self.chains: dict[int, tuple] = {}     # kernel index -> (the kernel it runs image by image with, whether
         # a kernel between them runs first): chains.py
-        self.chain_function: dict[tuple[int, int], int] = {}  # (function, function) -> the number of their chain
+        self.chain_function: dict[tuple, int] = {}  # (function, function, its reuse) -> the number of their chain
+        self.chain_of: dict[int, int] = {}  # chained first kernel's index -> the number of the chain's function
         self.entries: list[tuple[str, int]] = []  # per function number: its name and number of buffers
 
     # storage of a value's owner: (slot, byte offset)
@@ -76,11 +77,14 @@ class ModuleBuilder:
             self.kernel_function(k)
         self.entries = [(k.name, len(self.kernel_params(k))) for k in self.functions]
         self.chains = image_chains(self.program, kernels) if self.parallel else {}
+        by_index = {k.index: k for k in kernels}
         for p, (c, _) in self.chains.items():
-            pair = (self.function_of[p], self.function_of[c])
-            if pair not in self.chain_function:
-                self.chain_function[pair] = len(self.entries)
-                self.entries.append(self.chain(*(self.functions[f] for f in pair)))
+            reuse = reused_per_image(self.program, by_index[p], by_index[c])
+            key = (self.function_of[p], self.function_of[c], reuse)
+            if key not in self.chain_function:
+                self.chain_function[key] = len(self.entries)
+                self.entries.append(self.chain(self.functions[key[0]], self.functions[key[1]], reuse))
+            self.chain_of[p] = self.chain_function[key]
         self.driver()
         return self.module
 
@@ -126,10 +130,12 @@ class ModuleBuilder:
         self._parallel_call(once.b, fn, body, split, len(params))
         return fn
 
-    def chain(self, first: Kernel, second: Kernel) -> tuple[str, int]:
+    def chain(self, first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None) -> tuple[str, int]:
         """The function running (the functions of) two chained kernels image by image (chains.py): its body
-        calls each kernel's body on one image at a time; threads share images as they share either kernel's."""
-        name = f"{first.name}+{second.name}"
+        calls each kernel's body on one image at a time; threads share images as they share either kernel's.
+        `reuse` (chains.reused_per_image): the buffer between them, given to both kernels shifted back so each
+        image of a thread's piece is written and read where the piece's first image is."""
+        name = f"{first.name}+{second.name}" + ("" if reuse is None else f"+reused{'_'.join(map(str, reuse))}")
         params = len(self.kernel_params(first)) + len(self.kernel_params(second))
         # (no noalias: the second kernel reads what the first writes)
         fn, body = (self._function(f, params, extra, noalias=False) for f, extra in ((name, 1), (f"{name}.body", 2)))
@@ -140,8 +146,12 @@ class ModuleBuilder:
         b.store(ir.Constant(I32, 0), status)
         with counted(b, lo, hi, name="image") as i:
             j = b.add(i, ir.Constant(I64, 1))
-            for k, args in ((first, body.args[:cut]), (second, body.args[cut:params])):
-                got = b.call(self.module.get_global(f"{k.name}.body"), list(args) + [i, j])
+            for side, (k, args) in enumerate(((first, body.args[:cut]), (second, body.args[cut:params]))):
+                args = list(args)
+                if reuse is not None:  # (not inbounds: the shifted pointer is before the buffer's start)
+                    back = b.mul(b.sub(i, lo), ir.Constant(I64, -reuse[2]))
+                    args[reuse[side]] = b.gep(args[reuse[side]], [back], source_etype=I8)
+                got = b.call(self.module.get_global(f"{k.name}.body"), args + [i, j])
                 old = b.load(status, typ=I32)
                 b.store(b.select(b.icmp_signed("!=", old, ir.Constant(I32, 0)), old, got), status)
         b.ret(b.load(status, typ=I32))
@@ -210,7 +220,7 @@ class ModuleBuilder:
         arena_slot, arena_offsets = self.arena_slot, self.program.arena_offsets
         for run in self.entries_of(kernels):
             append(function_of[run[0].index] if len(run) == 1 else
-                   self.chain_function[function_of[run[0].index], function_of[run[1].index]])
+                   self.chain_of[run[0].index])
             for r in run:
                 ps = params.get(r.index)
                 for o in kernel_params(r, self.program) if ps is None else ps:
