@@ -41,6 +41,7 @@ from gradir.core.errors import ExecutionError
 from gradir.core.ir import Graph, Value
 from gradir.core.primitive import get_primitive
 from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
+from gradir.passes.remat.columns import recompute_columns
 from gradir.util.fileio import write_atomic
 from gradir.util.gcpause import gc_paused
 
@@ -142,6 +143,8 @@ class LLVMCompiled:
 
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False,
                  threads: int | None = None):
+        # (a convolution's columns are made again for its weight gradient: chained with it, they stay in cache)
+        graph, order = recompute_columns(graph, order)
         self.graph = graph  # of primitives only (backends.compile_graph lowered the composites)
         self.program = fuse(graph, order, renders=RENDERS)
         p = self.program
