@@ -4,8 +4,10 @@ A convolution is an unfold (im2col) and a product reading its columns; its input
 fold (col2im) of the result. Run one after the other, the first kernel writes every image's columns (18 MB
 for a 16-channel 3x3 convolution of 32 images of 32x32) before the second reads the first image's back from
 memory. Run as a chain, each image's columns (590 KB) are read by the second kernel right after the first wrote
-them, from L2. The buffers and the arithmetic are the same (both kernels' code runs unchanged on one image at a
+them, from L2. The arithmetic is the same (both kernels' code runs unchanged on one image at a
 time), so results do not change; `image_chains` says which neighbours may run so, codegen builds the chains.
+Where nothing else touches the buffer between them, each thread's piece of images writes and reads its first
+image's part of it over and over (`reused_per_image`): the columns never go to memory.
 """
 
 from __future__ import annotations
