@@ -218,11 +218,11 @@ class LLVMCompiled:
             lines.append(f"  @{self.functions[f]} runs {shown}")
         if self.chains:
             names = self.program.kernels
-            reused = lambda p: "+reused" in self._builder.entries[self._builder.chain_of[p]][0]
-            pairs = ", ".join(f"{names[p].name}+{names[c].name}{'*' if reused(p) else ''}"
+            reused = self._builder.reused
+            pairs = ", ".join(f"{names[p].name}+{names[c].name}{'*' if p in reused else ''}"
                               for p, (c, _) in self.chains.items())
             lines.append(f"image by image (each image's columns still in cache for the second kernel): {pairs}")
-            if any(reused(p) for p in self.chains):
+            if reused:
                 lines.append("  * the buffer between them is one image's worth per thread, used image after image")
         return "\n".join(lines)
 
@@ -364,16 +364,17 @@ class LLVMCompiled:
                 table = self._builder.table([k])
                 runs.append(lambda t=table, a=table.ctypes.data: self._driver(self._slots_ptr, a, 1, self._failed_ptr,
                                                                               self.threads))
+        kernels = range(len(runs))
+        turns = [j for _ in range(repeats) for j in kernels] if in_order else [j for j in kernels for _ in range(repeats)]
         samples = [[] for _ in runs]
         if self.threads > 1:
             POOL.ensure(self.threads - 1)
         if self._blas:
             jit.BLAS_SERIAL.enter()
-        for i in range(repeats) if in_order else range(len(runs)):
-            for j in range(len(runs)) if in_order else [i] * repeats:
-                t0 = time.perf_counter()
-                runs[j]()
-                samples[j].append(time.perf_counter() - t0)
+        for j in turns:
+            t0 = time.perf_counter()
+            runs[j]()
+            samples[j].append(time.perf_counter() - t0)
         if self._blas:
             jit.BLAS_SERIAL.leave()
         return [(kernel_header(k, self.program), float(np.median(s))) for k, s in zip(self.program.kernels, samples)]

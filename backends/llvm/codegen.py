@@ -60,6 +60,7 @@ class ModuleBuilder:
         # a kernel between them runs first): chains.py
         self.chain_function: dict[tuple, int] = {}  # (function, function, its reuse) -> the number of their chain
         self.chain_of: dict[int, int] = {}  # chained first kernel's index -> the number of the chain's function
+        self.reused: set[int] = set()  # chained first kernels whose buffer to the second is one image's worth
         self.entries: list[tuple[str, int]] = []  # per function number: its name and number of buffers
 
     # storage of a value's owner: (slot, byte offset)
@@ -85,6 +86,8 @@ class ModuleBuilder:
                 self.chain_function[key] = len(self.entries)
                 self.entries.append(self.chain(self.functions[key[0]], self.functions[key[1]], reuse))
             self.chain_of[p] = self.chain_function[key]
+            if reuse is not None:
+                self.reused.add(p)
         self.driver()
         return self.module
 
@@ -146,10 +149,10 @@ class ModuleBuilder:
         b.store(ir.Constant(I32, 0), status)
         with counted(b, lo, hi, name="image") as i:
             j = b.add(i, ir.Constant(I64, 1))
+            back = None if reuse is None else b.mul(b.sub(i, lo), ir.Constant(I64, -reuse[2]))
             for side, (k, args) in enumerate(((first, body.args[:cut]), (second, body.args[cut:params]))):
                 args = list(args)
-                if reuse is not None:  # (not inbounds: the shifted pointer is before the buffer's start)
-                    back = b.mul(b.sub(i, lo), ir.Constant(I64, -reuse[2]))
+                if back is not None:  # (not inbounds: the shifted pointer is before the buffer's start)
                     args[reuse[side]] = b.gep(args[reuse[side]], [back], source_etype=I8)
                 got = b.call(self.module.get_global(f"{k.name}.body"), args + [i, j])
                 old = b.load(status, typ=I32)
