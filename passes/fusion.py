@@ -601,6 +601,10 @@ def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str]
         # operands not computed in the kernel, other kernels every operand
         maps, copies, index = k.maps, k.copies, k.index
         loop = k.kind == LOOP
+        # a window or batched product kernel's operands live through the next kernel too: the LLVM backend may
+        # run the two image by image (backends/llvm/chains.py), and the next one's output must not lie on them
+        per_image = k.kind == WINDOW or k.kind == MATMUL and k.nodes[0].ndim > 2
+        held = index + 1 if per_image and index + 1 < len(kernels) else index
         seen: dict[Value, None] = {}
         for n in k.nodes:
             inside = False  # whether operands computed in the kernel are skipped
@@ -636,7 +640,7 @@ def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str]
                 if acc is None:  # a view of a computed value: its strides over the stored buffer
                     acc = _chain_access(u, access)
                 seen[u] = None
-                last_read[acc.owner] = index
+                last_read[acc.owner] = held
         if seen:
             k.inputs = list(seen)
     for o in outputs_done:

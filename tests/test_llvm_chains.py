@@ -63,11 +63,12 @@ def test_a_convolutions_columns_are_made_again_for_its_weight_gradient(split_eve
     args = (RNG.standard_normal((6, 4, 3, 3)), RNG.standard_normal((6, 6, 3, 3)), RNG.standard_normal((8, 4, 10, 10)))
     step = gr.value_and_grad(two_convolutions, argnums=(0, 1, 2))
     results, ex = at_thread_counts(step, *args)
-    assert sum(n.op == "unfold" for n in ex.graph.nodes) == 4  # each convolution's, again for its weight gradient
+    # each convolution's, again for its weight gradient, and the first's input gradient (passes.conv_input_grad)
+    assert sum(n.op == "unfold" for n in ex.graph.nodes) == 5
     assert ("unfold", MATMUL) in chained_kinds(ex, reused_only=True)
     monkeypatch.setattr(backend, "recompute_columns", lambda graph, order: (graph, order))
     kept_results, kept = at_thread_counts(step, *args)
-    assert sum(n.op == "unfold" for n in kept.graph.nodes) == 2
+    assert sum(n.op == "unfold" for n in kept.graph.nodes) == 3
     assert ("unfold", MATMUL) not in chained_kinds(kept, reused_only=True)  # the columns are read again later
     assert kept.program.arena_bytes > ex.program.arena_bytes
     for got, want in zip(results, kept_results):
@@ -77,20 +78,23 @@ def test_a_convolutions_columns_are_made_again_for_its_weight_gradient(split_eve
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_product_written_over_its_unfolds_input_still_runs_image_by_image(split_everything):
-    """The memory planner may put the second product's output (8, 6, 25) on the ReLU output its unfold reads (6
-    channels of 5x5 in and out: the same size per image); chained, image i's output is written after image i's
-    input was read and before image i + 1's is, so the chain stays and the results are right."""
+def test_every_unfold_runs_image_by_image_with_its_product(split_everything):
+    """A window or product kernel's operands stay alive through the next kernel (passes.fusion), so the memory
+    planner never puts the next kernel's output on them (the second product's output (8, 6, 25) would fit on the
+    ReLU output its unfold reads, and chained, image i's output would overwrite image i + 1's input): every unfold
+    is chained with its product, no chain's second kernel writes where its first reads, and the results are
+    the NumPy backend's."""
     def f(w1, w2, x):
         h = gr.nn.relu(gr.nn.conv2d(x, w1, padding=1))
         return gr.sum(gr.tanh(gr.nn.conv2d(h, w2, padding=1)) ** 2)
     args = (RNG.standard_normal((6, 3, 3, 3)), RNG.standard_normal((6, 6, 3, 3)), RNG.standard_normal((8, 3, 5, 5)))
     results, ex = at_thread_counts(gr.value_and_grad(f, argnums=(0, 1, 2)), *args)
     program = ex.program
-    over = [(p, c) for p, (c, _) in ex.chains.items()
-            if any(chains.overlap(program, program.access[v].owner, program.access[u].owner)
-                   for v in program.kernels[c].outputs for u in program.kernels[p].inputs)]
-    assert over, "expected the planner to reuse the unfold's input for the product's output"
+    unfolds = {k.index for k in program.kernels if k.kind == WINDOW and k.nodes[0].op == "unfold"}
+    assert len(unfolds) == 6 and unfolds <= set(ex.chains)  # forward, weight gradients, input gradients
+    for p, (c, _) in ex.chains.items():
+        assert not any(chains.overlap(program, program.access[v].owner, program.access[u].owner)
+                       for v in program.kernels[c].outputs for u in program.kernels[p].inputs)
     for got in results:
         for a, b in zip(got, flat(gr.compile(gr.value_and_grad(f, argnums=(0, 1, 2)), backend="numpy")(*args))):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))

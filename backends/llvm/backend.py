@@ -40,6 +40,7 @@ from gradir.backends.numpy_backend import run as run_reference
 from gradir.core.errors import ExecutionError
 from gradir.core.ir import Graph, Value
 from gradir.core.primitive import get_primitive
+from gradir.passes.conv_input_grad import input_grads_as_convolutions
 from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
 from gradir.passes.remat.columns import recompute_columns
 from gradir.util.fileio import write_atomic
@@ -143,8 +144,9 @@ class LLVMCompiled:
 
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False,
                  threads: int | None = None):
-        # (a convolution's columns are made again for its weight gradient: chained with it, they stay in cache)
-        graph, order = recompute_columns(graph, order)
+        # a stride-1 convolution's input gradient as a convolution, and a convolution's columns made again for
+        # its weight gradient: chained with their products, columns stay in cache
+        graph, order = recompute_columns(*input_grads_as_convolutions(graph, order))
         self.graph = graph  # of primitives only (backends.compile_graph lowered the composites)
         self.program = fuse(graph, order, renders=RENDERS)
         p = self.program

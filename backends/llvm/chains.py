@@ -64,22 +64,9 @@ def chainable(program: FusedProgram, p: Kernel, c: Kernel) -> bool:
             lo, hi = span(offset, shape, strides)
             if not start <= lo <= hi < start + size:
                 return False
-    return all(before_later_reads(program, writes, read) for read in reads_per_image(program, p))
-
-
-def before_later_reads(program: FusedProgram, write: tuple, read: tuple) -> bool:
-    """Whether c's write of each image (owner, first element, elements per image) stays clear of what p reads
-    (owner, offset, shape, strides) for every later image: true when they share no memory, or step through it
-    image by image with c's image i ending before p's image i + 1 begins (a product writing over the input its
-    unfold has read: the memory planner may place one on the other)."""
-    wo, start, size = write
-    ro, offset, shape, strides = read
-    if not overlap(program, wo, ro):
-        return True
-    if shape is None or wo.dtype.itemsize != ro.dtype.itemsize or strides[0] != size:
-        return False
-    base = lambda o: program.arena_offsets.get(o, 0) // o.dtype.itemsize
-    return base(wo) + start + size <= base(ro) + span(offset, shape, strides)[0] + size
+    # (c's image i must not overwrite what p reads for image i + 1: the memory planner keeps p's operands alive
+    # through the kernel after p, so a neighbour's output is never placed on them)
+    return not any(overlap(program, writes[0], o) for o, *_ in reads_per_image(program, p))
 
 
 def commute(program: FusedProgram, m: Kernel, x: Kernel) -> bool:

@@ -91,7 +91,8 @@ def split_of(program, k) -> Split | None:
         (M, K), N = ash[-2:], bsh[-1]
         batch = np.broadcast_shapes(ash[:-2], bsh[:-2])
         out = next((v for v in (k.epilogue, k.transposed) if v is not None), n)
-        if M * N * K * math.prod(batch) < PARALLEL_MATMUL_WORK or batch and out.ndim != len(batch) + 2:
+        # (split by image, the output's first axis must be the images: a reshaped epilogue's may not be)
+        if M * N * K * math.prod(batch) < PARALLEL_MATMUL_WORK or batch and tuple(out.shape[:1]) != tuple(batch[:1]):
             return None
         if batch and batch[0] >= 2:
             return Split("batch", batch[0], 1)
