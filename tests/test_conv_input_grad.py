@@ -22,8 +22,8 @@ def geometries(draw):
     kh, kw = draw(st.sampled_from((1, 2, 3, 5))), draw(st.sampled_from((1, 2, 3)))
     stride, dilation = draw(st.sampled_from((1, 2))), draw(st.sampled_from((1, 2)))
     ph, pw = draw(st.integers(0, kh)), draw(st.integers(0, kw))  # kh: more than a stride-1 rewrite takes
-    h = draw(st.integers(max(1, dilation * (kh - 1) + 1 - 2 * ph), 7))
-    w = draw(st.integers(max(1, dilation * (kw - 1) + 1 - 2 * pw), 7))
+    h = draw(st.integers(max(1, dilation * (kh - 1) + 1 - 2 * ph), 10))
+    w = draw(st.integers(max(1, dilation * (kw - 1) + 1 - 2 * pw), 10))
     return draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 4)), (h, w), (kh, kw), \
         stride, (ph, pw), dilation
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gradir as gr
+from gradir.backends.llvm.gemm import host_shapes
 from gradir.core.trace import bind
 
 CUMSUM_CASES = [((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2), ((1,), 0), ((7,), 0), ((2, 1, 3), 1),
@@ -89,6 +90,9 @@ WINDOWS = [  # (N, C, H, W), kernel, stride, padding, dilation
     ((2, 3, 6, 5), (9, 8), (2, 3), (4, 3), (1, 1)),
     ((1, 2, 1, 1), (12, 12), (12, 12), (6, 6), (1, 1)),
     ((1, 1, 5, 4), (5, 14), (1, 1), (2, 6), (2, 1)),
+    # stride-1 rows as whole masked vectors (index_kernels.whole_rows): a partial last vector; rows too long for it
+    ((1, 2, 3, 33), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 1, 2, 200), (1, 3), (1, 1), (0, 1), (1, 1)),
 ]
 
 
@@ -131,6 +135,18 @@ def test_conv_and_pool_steps_leave_the_fallback():
     text = listing(gr.grad(loss, argnums=(0, 1)), x, w)
     assert "im2col gather loop" in text and "col2im scatter-add loop" in text
     assert "numpy" not in text.lower(), text
+
+
+def test_stride_one_unfold_rows_are_whole_masked_vectors():
+    """A stride-1 unfold's rows are copied as whole vectors, masked where the window lies in the padding (a loop
+    over the part inside became a memcpy call per row); the padding holds `value` and the result is NumPy's."""
+    if host_shapes() is None:
+        pytest.skip("masked rows need AVX2 or AVX-512")
+    x = data((2, 3, 8, 8), np.float32)
+    f = lambda x: gr.nn.unfold(x, (3, 3), padding=(1, 1), value=-1.5)
+    assert "llvm.masked.load" in gr.compile(f).executable(x).module_ir
+    ref, got = both(f, x)
+    np.testing.assert_array_equal(got, ref)
 
 
 def test_window_rows_are_loops_llvm_may_not_unroll():

@@ -108,6 +108,24 @@ class Emitter:
     def store_at(self, owner: Value, index: ir.Value, value: ir.Value, dt) -> None:
         self.b.store(self.to_storage(value, dt), self.element_ptr(owner, index))
 
+    def load_if(self, inside: ir.Value, load, otherwise: ir.Value) -> ir.Value:
+        """load() where `inside`, else `otherwise`: the load under a branch, which the vectorizer turns into a
+        masked vector load (a contiguous piece stays contiguous; what lies outside is never read)."""
+        b = self.b
+        before = b.block
+        then = self.fn.append_basic_block("in")
+        merge = self.fn.append_basic_block("placed")
+        b.cbranch(inside, then, merge)
+        b.position_at_end(then)
+        loaded = load()
+        then_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(otherwise.type)
+        phi.add_incoming(loaded, then_end)
+        phi.add_incoming(otherwise, before)
+        return phi
+
     def from_storage(self, raw, dt):
         b = self.b
         if dt == dtypes.float16:

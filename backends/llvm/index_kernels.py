@@ -11,7 +11,11 @@ from llvmlite import ir
 from gradir.core.dtypes import is_float
 from gradir.passes.aliasing import c_strides
 
-from .emitter import I64, Emitter
+from .emitter import COMPUTE, I1, I32, I64, PTR, STORAGE, Emitter
+from .gemm import host_shapes
+
+VOID = ir.VoidType()
+MASKED_ROW_VECTORS = 8  # unfold rows of at most this many vectors are copied as whole masked vectors
 
 # -- scatter-add ----------------------------------------------------------------------------------------
 
@@ -148,9 +152,11 @@ class WindowKernel(Emitter):
         if n.op == "unfold":
             self.fill_rows(i, j, c64(0), y0, c64(0), c64(OW))
             self.fill_rows(i, j, y1, c64(OH), c64(0), c64(OW))
-            self.fill_rows(i, j, y0, y1, c64(0), x0)
-            self.fill_rows(i, j, y0, y1, x1, c64(OW))
-        self.window(i, j, (y0, y1), (x0, x1), (sh, sw), (dy, dx))
+        if not (n.op == "unfold" and sw == 1 and self.whole_rows(i, j, (y0, y1), (x0, x1), sh, (dy, dx))):
+            if n.op == "unfold":
+                self.fill_rows(i, j, y0, y1, c64(0), x0)
+                self.fill_rows(i, j, y0, y1, x1, c64(OW))
+            self.window(i, j, (y0, y1), (x0, x1), (sh, sw), (dy, dx))
         for k, lp in enumerate(reversed(loops)):
             self.loop_end(lp, unroll=k >= 2)
         self.finish()
@@ -182,6 +188,52 @@ class WindowKernel(Emitter):
                       self.n.dtype)
         self.loop_end(lx, unroll=False)
         self.loop_end(ly)
+
+    def whole_rows(self, i, j, ys, xs, sh: int, offsets) -> bool:
+        """unfold with stride 1 along rows, float32/float64 on AVX2 or AVX-512: each row y of window (i, j) inside
+        the image as whole vectors, OW columns in ceil(OW / L) masked loads (the source where it lies inside,
+        [x0, x1), `value` elsewhere) and stores, the masks made once per window. (A loop over [x0, x1) became a
+        memcpy call per row; one over all OW columns with the load under a branch, masks remade per vector.)
+        False where it does not apply (the caller emits the loops)."""
+        b, n = self.b, self.n
+        OW, suffix = self.cols[-1], {"float32": "f32", "float64": "f64"}.get(str(n.dtype))
+        shapes = host_shapes()
+        if suffix is None or shapes is None or STORAGE[n.dtype] != COMPUTE[n.dtype] or OW > MASKED_ROW_VECTORS * \
+                shapes[suffix].lanes:
+            return False
+        L, ty = shapes[suffix].lanes, COMPUTE[n.dtype]
+        vec, bits = ir.VectorType(ty, L), ir.VectorType(I1, L)
+        name = f"v{L}{suffix}.p0"
+        load = ir.Function(self.module, ir.FunctionType(vec, [PTR, I32, bits, vec]), f"llvm.masked.load.{name}") \
+            if f"llvm.masked.load.{name}" not in self.module.globals else self.module.globals[f"llvm.masked.load.{name}"]
+        store = ir.Function(self.module, ir.FunctionType(VOID, [vec, PTR, I32, bits]), f"llvm.masked.store.{name}") \
+            if f"llvm.masked.store.{name}" not in self.module.globals else self.module.globals[f"llvm.masked.store.{name}"]
+        splat = lambda v, t: b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(t, L), None), v,
+                                                               ir.Constant(I32, 0)),
+                                              ir.Constant(ir.VectorType(t, L), None), ir.Constant(ir.VectorType(I32, L), [0] * L))
+        lo, hi = splat(b.trunc(xs[0], I32), I32), splat(b.trunc(xs[1], I32), I32)
+        fill = ir.Constant(vec, [float(n.attrs["value"])] * L)
+        align = ir.Constant(I32, n.dtype.itemsize)
+        chunks = []
+        for q in range(0, OW, L):
+            x = ir.Constant(ir.VectorType(I32, L), list(range(q, q + L)))
+            inside = b.and_(b.icmp_signed(">=", x, lo), b.icmp_signed("<", x, hi))
+            chunks.append((q, inside, None if q + L <= OW else ir.Constant(bits, [q + k < OW for k in range(L)])))
+        ly = self.loop_range(*ys, "y")
+        y = ly.index
+        row = b.add(b.mul(y, ir.Constant(I64, sh)), offsets[0])
+        for q, inside, tail in chunks:
+            at = self.linear(self.nc + [row, b.add(offsets[1], ir.Constant(I64, q))], self.S.strides, self.S.offset)
+            # (not inbounds: a window's first vector may start before the image, masked off)
+            src = b.gep(self.buffers[self.S.owner], [at], source_etype=ty)
+            v = b.call(load, [src, align, inside, fill])
+            dst = self.element_ptr(self.out, self.col_at(i, j, y, ir.Constant(I64, q)))
+            if tail is None:
+                b.store(v, dst, align=n.dtype.itemsize)
+            else:
+                b.call(store, [v, dst, align, tail])
+        self.loop_end(ly)
+        return True
 
     def window(self, i, j, ys, xs, strides, offsets) -> None:
         """The positions of window (i, j) inside the image: copied out (unfold) or added back (fold)."""

@@ -316,24 +316,10 @@ class LoopKernel(Emitter):
         return inside, b.sdiv(t, ir.Constant(I64, step))
 
     def load_where(self, inside, u: Value, coords, otherwise) -> ir.Value:
-        """u at coords where `inside`, else `otherwise`: a load under a branch, which the vectorizer turns
-        into a masked vector load (a contiguous piece stays contiguous; coords outside are never read)."""
+        """u at coords where `inside`, else `otherwise` (a masked vector load once vectorized: load_if)."""
         if self.literal(u) or not u.size:
             return self.b.select(inside, self.load_coords(u, coords), otherwise) if u.size else otherwise
-        b = self.b
-        before = b.block
-        then = self.fn.append_basic_block("in")
-        merge = self.fn.append_basic_block("placed")
-        b.cbranch(inside, then, merge)
-        b.position_at_end(then)
-        loaded = self.load_coords(u, coords)
-        then_end = b.block
-        b.branch(merge)
-        b.position_at_end(merge)
-        phi = b.phi(otherwise.type)
-        phi.add_incoming(loaded, then_end)
-        phi.add_incoming(otherwise, before)
-        return phi
+        return self.load_if(inside, lambda: self.load_coords(u, coords), otherwise)
 
     def place(self, n: Value, memo) -> ir.Value:
         b, a, c = self.b, n.attrs, self.coords_of(n)
