@@ -121,6 +121,12 @@ def blas_from_config(text: str) -> str:
 
 # -- the listing -------------------------------------------------------------------------------------
 
+def products_at_peak(rows: list[dict], peaks: dict) -> float:
+    """Seconds the matrix products' flops take at the measured peak GFLOP/s: a floor for the step, whatever
+    the rest costs (convolutions and attention included: they are products here)."""
+    return sum(r["flops"] for r in rows if r["kernel"].split()[1:2] == ["matmul"]) / (peaks["gflops"] * 1e9)
+
+
 def render_profile(title: str, rows: list[dict], peaks: dict, top: int = 10) -> str:
     """A workload's top kernels by time: seconds, share, GFLOP/s, GB/s, arithmetic intensity, and the
     achieved fraction of the roofline's attainable rate (of the peak bandwidth for a kernel without arithmetic)."""
@@ -129,7 +135,8 @@ def render_profile(title: str, rows: list[dict], peaks: dict, top: int = 10) -> 
     lines = [f"#### {title}", "",
              f"{len(rows)} kernels, {total * 1e6:,.0f} µs run one at a time, {in_order * 1e6:,.0f} µs in program "
              f"order (as in the step: each kernel's operands where the kernels before it left them, not in cache "
-             f"from its own last run); top {min(top, len(rows))} by time:", "",
+             f"from its own last run); the matrix products' arithmetic alone, at the measured peak, takes "
+             f"{products_at_peak(rows, peaks) * 1e6:,.0f} µs; top {min(top, len(rows))} by time:", "",
              "| kernel | µs | in order µs | share | GFLOP/s | GB/s | flop/byte | of roofline |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: -r["s"])[:top]:

@@ -132,6 +132,7 @@ def test_the_profile_listing_gives_each_kernels_rates_against_the_roofline():
             {"kernel": "k2 numpy   NumPy fallback (unfold)", "s": 1e-6, "s_in_order": 2e-6, "flops": 0, "bytes": 10}]
     text = rl.render_profile("fake", rows, PEAKS, top=2)
     assert "3 kernels, 3,001 µs run one at a time, 4,502 µs in program order" in text and "top 2 by time:" in text
+    assert "the matrix products' arithmetic alone, at the measured peak, takes 500 µs" in text  # 60 MFLOP at 120
     lines = [ln for ln in text.splitlines() if ln.startswith("| `")]
     assert len(lines) == 2 and lines[0].startswith("| `k1 loop")  # the slowest first, k2 cut
     assert "| 2,000.0 | 3,000.0 | 67% | 0.5 | 12.5 | 0.04 | 50% (memory) |" in lines[0]
