@@ -147,6 +147,10 @@ def test_stride_one_unfold_rows_are_whole_masked_vectors():
     assert "llvm.masked.load" in gr.compile(f).executable(x).module_ir
     ref, got = both(f, x)
     np.testing.assert_array_equal(got, ref)
+    # rows that are not contiguous (a transposed view, read in place) take the element loops
+    ref, got = both(lambda x: gr.nn.unfold(gr.transpose(x, (0, 1, 3, 2)), (3, 2), padding=(1, 0)),
+                    data((2, 3, 8, 7), np.float32))
+    np.testing.assert_array_equal(got, ref)
 
 
 def test_window_rows_are_loops_llvm_may_not_unroll():

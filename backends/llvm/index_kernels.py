@@ -190,7 +190,7 @@ class WindowKernel(Emitter):
         self.loop_end(ly)
 
     def whole_rows(self, i, j, ys, xs, sh: int, offsets) -> bool:
-        """unfold with stride 1 along rows, float32/float64 on AVX2 or AVX-512: each row y of window (i, j) inside
+        """unfold with stride 1 along contiguous rows, float32/float64 on AVX2 or AVX-512: each row y of window (i, j) inside
         the image as whole vectors, OW columns in ceil(OW / L) masked loads (the source where it lies inside,
         [x0, x1), `value` elsewhere) and stores, the masks made once per window. (A loop over [x0, x1) became a
         memcpy call per row; one over all OW columns with the load under a branch, masks remade per vector.)
@@ -198,9 +198,9 @@ class WindowKernel(Emitter):
         b, n = self.b, self.n
         OW, suffix = self.cols[-1], {"float32": "f32", "float64": "f64"}.get(str(n.dtype))
         shapes = host_shapes()
-        if suffix is None or shapes is None or STORAGE[n.dtype] != COMPUTE[n.dtype] or OW > MASKED_ROW_VECTORS * \
-                shapes[suffix].lanes:
-            return False
+        if suffix is None or shapes is None or STORAGE[n.dtype] != COMPUTE[n.dtype] or self.S.strides[-1] != 1 or \
+                OW > MASKED_ROW_VECTORS * shapes[suffix].lanes:
+            return False  # (a source row must be contiguous: a view, a transposed input's, may not be)
         L, ty = shapes[suffix].lanes, COMPUTE[n.dtype]
         vec, bits = ir.VectorType(ty, L), ir.VectorType(I1, L)
         name = f"v{L}{suffix}.p0"
