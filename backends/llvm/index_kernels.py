@@ -190,8 +190,8 @@ class WindowKernel(Emitter):
         self.loop_end(ly)
 
     def whole_rows(self, i, j, ys, xs, sh: int, offsets) -> bool:
-        """unfold with stride 1 along contiguous rows, float32/float64 on AVX2 or AVX-512: each row y of window (i, j) inside
-        the image as whole vectors, OW columns in ceil(OW / L) masked loads (the source where it lies inside,
+        """unfold with stride 1 along contiguous rows, float32/float64 on AVX2 or AVX-512: each row y of window
+        (i, j) inside the image as whole vectors, OW columns in ceil(OW / L) masked loads (the source where it lies inside,
         [x0, x1), `value` elsewhere) and stores, the masks made once per window. (A loop over [x0, x1) became a
         memcpy call per row; one over all OW columns with the load under a branch, masks remade per vector.)
         False where it does not apply (the caller emits the loops)."""
@@ -203,11 +203,9 @@ class WindowKernel(Emitter):
             return False  # (a source row must be contiguous: a view, a transposed input's, may not be)
         L, ty = shapes[suffix].lanes, COMPUTE[n.dtype]
         vec, bits = ir.VectorType(ty, L), ir.VectorType(I1, L)
-        name = f"v{L}{suffix}.p0"
-        load = ir.Function(self.module, ir.FunctionType(vec, [PTR, I32, bits, vec]), f"llvm.masked.load.{name}") \
-            if f"llvm.masked.load.{name}" not in self.module.globals else self.module.globals[f"llvm.masked.load.{name}"]
-        store = ir.Function(self.module, ir.FunctionType(VOID, [vec, PTR, I32, bits]), f"llvm.masked.store.{name}") \
-            if f"llvm.masked.store.{name}" not in self.module.globals else self.module.globals[f"llvm.masked.store.{name}"]
+        declared = lambda name, ty: self.module.globals.get(name) or ir.Function(self.module, ty, name)
+        load = declared(f"llvm.masked.load.v{L}{suffix}.p0", ir.FunctionType(vec, [PTR, I32, bits, vec]))
+        store = declared(f"llvm.masked.store.v{L}{suffix}.p0", ir.FunctionType(VOID, [vec, PTR, I32, bits]))
         splat = lambda v, t: b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(t, L), None), v,
                                                                ir.Constant(I32, 0)),
                                               ir.Constant(ir.VectorType(t, L), None), ir.Constant(ir.VectorType(I32, L), [0] * L))
