@@ -11,8 +11,9 @@ from llvmlite import ir
 from gradir.core.dtypes import is_float
 from gradir.passes.aliasing import c_strides
 
-from .emitter import COMPUTE, I1, I32, I64, PTR, STORAGE, Emitter
+from .emitter import COMPUTE, I1, I32, I64, PTR, Emitter
 from .gemm import host_shapes
+from .kernels import OWN_GEMM
 
 VOID = ir.VoidType()
 MASKED_ROW_VECTORS = 8  # unfold rows of at most this many vectors are copied as whole masked vectors
@@ -196,12 +197,10 @@ class WindowKernel(Emitter):
         memcpy call per row; one over all OW columns with the load under a branch, masks remade per vector.)
         False where it does not apply (the caller emits the loops)."""
         b, n = self.b, self.n
-        OW, suffix = self.cols[-1], {"float32": "f32", "float64": "f64"}.get(str(n.dtype))
-        shapes = host_shapes()
-        if suffix is None or shapes is None or STORAGE[n.dtype] != COMPUTE[n.dtype] or self.S.strides[-1] != 1 or \
-                OW > MASKED_ROW_VECTORS * shapes[suffix].lanes:
+        OW, suffix = self.cols[-1], OWN_GEMM.get(n.dtype)  # (the types gemm.py has a vector shape for here)
+        if suffix is None or self.S.strides[-1] != 1 or OW > MASKED_ROW_VECTORS * host_shapes()[suffix].lanes:
             return False  # (a source row must be contiguous: a view, a transposed input's, may not be)
-        L, ty = shapes[suffix].lanes, COMPUTE[n.dtype]
+        L, ty = host_shapes()[suffix].lanes, COMPUTE[n.dtype]
         vec, bits = ir.VectorType(ty, L), ir.VectorType(I1, L)
         declared = lambda name, ty: self.module.globals.get(name) or ir.Function(self.module, ty, name)
         load = declared(f"llvm.masked.load.v{L}{suffix}.p0", ir.FunctionType(vec, [PTR, I32, bits, vec]))
