@@ -21,6 +21,7 @@ from gradir.passes.aliasing import c_strides, nocopy_reshape
 from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, REDUCTIONS, WINDOW, in_kernel_value
 
 from ..loops import LoopPlan, Term, buffer_reads, is_literal, mapped, stored_earlier
+from . import mathlib
 from .emitter import COMPUTE, I1, I8, I32, I64, Emitter, Loop
 from .gemm import SIGNATURE, host_shapes, prefers_dot
 
@@ -36,6 +37,7 @@ GEMM_PIECE = 1 << 22            # and at least this many multiply-adds: OpenBLAS
 # on one CPU: which kernel OpenBLAS picks depends on it, so tests compare split products within rounding.)
 UNROLLED_INSIDE = 64  # loops around fewer iterations than this may be unrolled by LLVM (close_loops)
 VECTOR_INSIDE = 16    # innermost loops (inside another) of this many iterations and more are not unrolled whole
+ONLINE_CHUNK = 2048  # elements of a row an online max-and-sum pass (emit_online) takes at a time (8 KB of f32: L1)
 REASSOC = ("reassoc", "contract")  # lets the vectorizer split a reduction into lanes (the order of a sum changes)
 SMALL_MATMUL = 16 * 16 * 16       # products below this many multiply-adds run as a loop, not a BLAS call
 BLAS_GEMM = {dtypes.float32: "sgemm", dtypes.float64: "dgemm"}
@@ -125,14 +127,22 @@ class LoopKernel(Emitter):
         self.nan_slots = {n: b.alloca(I1) for n in k.nodes if n.op in ("max", "min") and is_float(n.dtype)
                           and n not in k.accumulated}
         self.arg_slots = {n: b.alloca(COMPUTE[n.inputs[0].dtype]) for n in k.nodes if n.op in ("argmax", "argmin")}
+        online = self.online_sums()
+        self.running = {m: b.alloca(COMPUTE[m.dtype], name="running") for m, _ in online.values()}
         if self.part is None:  # (a split kernel's caller fills them once, before the threads start)
             self.prologue()
         loops = self.open_loops(outer=True)
         self.rows: dict[Value, ir.Value] = {}
         self.emit_rows(0)
         for p in range(k.num_passes):
-            self.emit_pass(p)
-            self.emit_rows(p + 1)
+            if p - 1 in online:  # done with pass p - 1
+                self.emit_rows(p + 1)
+            elif p in online:
+                self.emit_online(p, *online[p])
+                self.emit_rows(p + 1, keep=online[p][1])
+            else:
+                self.emit_pass(p)
+                self.emit_rows(p + 1)
         self.close_loops(loops)
         self.finish()
 
@@ -361,7 +371,9 @@ class LoopKernel(Emitter):
         self.store_at(self.program.access[n].owner, self.index(list(strides)), v, n.dtype)
 
     # -- row values: computed once per outer index, between passes
-    def emit_rows(self, after: int) -> None:
+    def emit_rows(self, after: int, keep: Value | None = None) -> None:
+        """The row values that need `after` passes, then the next pass's accumulators reset (but `keep`'s: an
+        online sum, accumulated with the pass before)."""
         k = self.k
         memo: dict = {}
         for n in k.nodes:
@@ -381,7 +393,7 @@ class LoopKernel(Emitter):
                     self.store_value(n, v)
         if after < k.num_passes:  # the accumulators of the next pass start at their identity
             for n in k.nodes:
-                if n in self.acc_slots and n not in k.accumulated and k.passes.get(n) == after:
+                if n in self.acc_slots and n not in k.accumulated and k.passes.get(n) == after and n is not keep:
                     self.b.store(self.constant(reduction_identity(n.op, n.dtype), n.dtype), self.acc_slots[n])
                     if n in self.nan_slots:
                         self.b.store(ir.Constant(I1, 0), self.nan_slots[n])
@@ -390,32 +402,104 @@ class LoopKernel(Emitter):
                         self.b.store(self.constant(reduction_identity(n.op, x.dtype), x.dtype), self.arg_slots[n])
 
     def emit_pass(self, p: int) -> None:
-        k = self.k
         self.pass_index = p
         segments = self.placement_segments()
         loops = self.open_loops(outer=False, but_last=segments is not None)
-        full = tuple(range(len(k.domain)))
         for segment in segments or [None]:
             if segment is not None:  # the innermost loop over one segment: every placement is in or out whole
                 j, (lo, hi) = len(self.plan.loops) - 1, segment
                 inner = self.loop_range(ir.Constant(I64, lo), ir.Constant(I64, hi), f"p{p}s{lo}")
                 self.counters[j], self.segment = inner.index, (inner.index, lo, hi)
-            memo: dict = {}
-            for n in k.nodes:
-                if k.passes.get(n) != p or n in k.row_after and n.op not in REDUCTIONS and n.op not in ("argmax", "argmin"):
-                    continue
-                if n.op in REDUCTIONS:
-                    x = self.value(n.inputs[0], full, memo)
-                    self.accumulate(n, x)
-                elif n.op in ("argmax", "argmin"):
-                    self.arg_step(n, self.value(n.inputs[0], full, memo))
-                elif n in k.stored:
-                    self.store_value(n, self.compute(n, memo))
+            self.pass_body(p)
             if segment is not None:
                 self.loop_end(inner, unroll=not VECTOR_INSIDE <= hi - lo < UNROLLED_INSIDE)
                 del self.counters[j]
                 self.segment = None
         self.close_loops(loops, inner=self.plan.loops[-1].size if segments else 1)
+
+    def pass_body(self, p: int) -> None:
+        """Pass p's work at one element: its reductions accumulate, its stored values are stored."""
+        k, memo, full = self.k, {}, tuple(range(len(self.k.domain)))
+        for n in k.nodes:
+            if k.passes.get(n) != p or n in k.row_after and n.op not in REDUCTIONS and n.op not in ("argmax", "argmin"):
+                continue
+            if n.op in REDUCTIONS:
+                self.accumulate(n, self.value(n.inputs[0], full, memo))
+            elif n.op in ("argmax", "argmin"):
+                self.arg_step(n, self.value(n.inputs[0], full, memo))
+            elif n in k.stored:
+                self.store_value(n, self.compute(n, memo))
+
+    # -- online softmax: the max and the sum of exp(x - max) in one pass over the row
+    def online_sums(self) -> dict[int, tuple[Value, Value]]:
+        """pass p -> (m, s) where pass p takes the max m of x and pass p + 1 does nothing but sum exp(x - m) into
+        s (softmax, log_softmax, cross-entropy; not logsumexp, whose max passes through a where): those two passes
+        run as one (`emit_online`). Only for rows that are one float32/float64 loop of this thread (not split, no
+        placements) longer than ONLINE_CHUNK: a shorter row is read back from L1 anyway (and the chunk loop's
+        bookkeeping made 64-element rows 20% slower)."""
+        k, loops = self.k, self.plan.loops
+        inner = [j for j, lp in enumerate(loops) if not lp.outer]
+        if len(inner) != 1 or inner[0] == self.split or loops[inner[0]].size <= ONLINE_CHUNK or \
+                any(n.op in PLACEMENTS for n in k.nodes):
+            return {}
+        through_views = lambda u: u if self.producer(u) is None else self.producer(u)
+        found = {}
+        for s in k.nodes:
+            q = k.passes.get(s)
+            if s.op != "sum" or s in k.accumulated or not q or q - 1 in found:
+                continue
+            x = through_views(s.inputs[0])
+            t = through_views(x.inputs[0]) if x.op == "exp" else None
+            m = through_views(t.inputs[1]) if t is not None and t.op == "subtract" else None
+            if m is None or m.op != "max" or m in k.accumulated or s.dtype != m.dtype or \
+                    m.dtype not in (dtypes.float32, dtypes.float64) or k.row_after.get(m) != q or \
+                    through_views(m.inputs[0]) is not through_views(t.inputs[0]):
+                continue
+            in_pass = {n for n in k.nodes if k.passes.get(n) == q}
+            if in_pass == {s, x, t} and not {x, t} & set(k.stored):
+                found[q - 1] = (m, s)
+        return found
+
+    def emit_online(self, p: int, m: Value, s: Value) -> None:
+        """Passes p (the max m, and whatever else it does) and p + 1 (s = the sum of exp(x - m)) as one pass
+        over the row, ONLINE_CHUNK elements at a time: each chunk's max first, then, if the max grew, the sum so
+        far scaled by exp(old max - new max), then the chunk's exp(x - new max) added. Both inner loops vectorize
+        and the chunk is read back from L1, so the row is read from memory once for the two reductions. The sum
+        is the same to rounding (exp(a - c) = exp(a - b) exp(b - c)); rows of -inf give NaN, as in two passes, and
+        chunks of -inf before the first finite one add nothing."""
+        b = self.b
+        j = next(j for j, lp in enumerate(self.plan.loops) if not lp.outer)
+        size, ty = self.plan.loops[j].size, COMPUTE[m.dtype]
+        one, exp = self.constant(1.0, m.dtype), mathlib.function(self.module, "exp", ty)
+        zero, minus_inf = self.constant(0.0, m.dtype), self.constant(-math.inf, m.dtype)
+        b.store(minus_inf, self.running[m])
+        b.store(self.constant(0, s.dtype), self.acc_slots[s])
+
+        def chunk(lo: ir.Value, n: int) -> None:
+            hi = b.add(lo, ir.Constant(I64, n))
+            for q in (p, p + 1):
+                self.pass_index = q
+                inner = self.loop_range(lo, hi, f"online{q}")
+                self.counters[j] = inner.index
+                self.pass_body(q)
+                self.loop_end(inner)
+                del self.counters[j]
+                if q == p:  # rescale the sum to the new max (by 1 when it did not grow: -inf to -inf too)
+                    old, new = b.load(self.running[m], typ=ty), b.load(self.acc_slots[m], typ=ty)
+                    scale = b.select(b.fcmp_ordered("==", old, new), one, b.call(exp, [b.fsub(old, new)]))
+                    b.store(b.fmul(b.load(self.acc_slots[s], typ=ty), scale), self.acc_slots[s])
+                    b.store(new, self.running[m])
+                    # a max of -inf so far (a masked first chunk) subtracts 0: exp(-inf - 0) adds 0, not NaN
+                    self.rows[m] = b.select(b.fcmp_ordered("==", new, minus_inf), zero, new)
+            del self.rows[m]
+
+        whole, rest = divmod(size, ONLINE_CHUNK)
+        if whole:
+            c = self.loop_begin(whole, "chunk")
+            chunk(b.mul(c.index, ir.Constant(I64, ONLINE_CHUNK)), ONLINE_CHUNK)
+            self.loop_end(c, unroll=False)
+        if rest:
+            chunk(ir.Constant(I64, whole * ONLINE_CHUNK), rest)
 
     def placement_segments(self) -> list[tuple[int, int]] | None:
         """The innermost loop of a kernel placing elements (pad, concatenate, update_slice), cut where an operand's
