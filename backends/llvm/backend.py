@@ -17,8 +17,10 @@ held at one thread (jit.BLAS_SERIAL), so one pool serves both. Threads split onl
 the same way whoever runs them, so results are bit for bit the same at any thread count; `GRADIR_NUM_THREADS`
 sets the default (else the cores this process may use), and `.threads` may be changed between calls.
 
-The on-disk cache holds object code keyed by the LLVM IR text, gradir's and llvmlite's versions and
-the CPU's name and features. It lives in `$GRADIR_CACHE_DIR` (default `~/.cache/gradir/llvm`);
+The on-disk cache holds object code keyed by the program's structure as planned before any code is written
+(codegen.ModuleBuilder.structure: the kernels' sharing keys, their splits, the emitters' tunables) with a digest
+of gradir's source, or, for gemm.py's modules, by their IR text; and by gradir's and llvmlite's versions and the
+CPU's name and features. It lives in `$GRADIR_CACHE_DIR` (default `~/.cache/gradir/llvm`);
 `GRADIR_CACHE_DIR=off` disables it. Entries are written atomically; an entry that does not load
 is rebuilt.
 """
@@ -28,8 +30,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import pathlib
+import sys
 import threading
 import time
 
@@ -56,7 +60,7 @@ _DRIVER = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, cty
 ALIGN = 64
 OWN_OUTPUT_BYTES = 1 << 16  # outputs at least this big get their own allocation
 JIT_VERSION = "4"  # part of the disk cache key: bump when jit.py's pipeline or codegen's conventions change
-CACHE_MAGIC = b"gradir llvm object v1\n"
+CACHE_MAGIC = b"gradir llvm object v2\n"
 
 
 def cache_dir() -> pathlib.Path | None:
@@ -80,47 +84,111 @@ def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
     """The compiled module for `ir_text`, from the disk cache when there (returns it and 'cache' or 'compiled'),
     with the functions it calls registered first: BLAS, and gemm.py's products (a module of their own,
     compiled once per process, or loaded from the same cache)."""
+    needs = calls_of(ir_text)
+    register(needs)
+    where = cache_dir()
+    if where is None:
+        return jit.JitModule.from_ir(ir_text), "compiled"
+    return _cached(where / f"{_key(ir_text)}.o", lambda: (ir_text, needs))[:2]
+
+
+def load_program(mb: ModuleBuilder) -> tuple[jit.JitModule, str, str | None, dict]:
+    """The module `mb` planned (ModuleBuilder.plan), from the disk cache when there, found by its structure
+    before any code is written (a warm start skips emitting and printing the IR: 0.3 of 0.5 s on a 12-layer
+    GPT-2-small step), else emitted, compiled and cached. Returns the module, 'cache' or 'compiled', the IR text
+    when it was written, and the external functions it calls (`calls_of`)."""
+    where = cache_dir()
+    if where is None:
+        ir_text = module_text(mb.emit())
+        needs = calls_of(ir_text)
+        register(needs)
+        return jit.JitModule.from_ir(ir_text), "compiled", ir_text, needs
+    written = []
+
+    def make() -> tuple[str, dict]:
+        ir_text = module_text(mb.emit())
+        written.append(ir_text)
+        return ir_text, calls_of(ir_text)
+    module, origin, needs = _cached(where / f"{_key(mb.structure(), source_digest())}.o", make)
+    return module, origin, written[0] if written else None, needs
+
+
+def calls_of(ir_text: str) -> dict:
+    """The functions of other modules that IR text calls: {'gemm': element types of gemm.py's products,
+    'blas': whether BLAS}."""
+    return {"gemm": [s for s in gemm.TYPES if f"gradir_gemm_{s}" in ir_text or f"gradir_dot_{s}" in ir_text],
+            "blas": "gradir_blas_" in ir_text}
+
+
+def register(needs: dict) -> None:
+    """Make what a module calls (`calls_of`) resolvable before it is loaded."""
     for name in ("sgemm", "dgemm"):
         jit.add_symbol(f"gradir_blas_{name}", jit.blas_address(name))
-    for suffix in gemm.TYPES:
-        if f"gradir_gemm_{suffix}" in ir_text:
-            gemm_module(suffix)
-    return _load(ir_text)
+    for suffix in needs.get("gemm", ()):
+        gemm_module(suffix)
 
 
 @functools.cache
 def gemm_module(suffix: str) -> jit.JitModule:
     """gemm.py's product for element type `suffix` ('f32', 'f64'), compiled (or loaded) once and registered."""
     gemm.runtime()
-    module, _ = _load(gemm.gemm_ir(suffix, gemm.host_shapes()[suffix]))
+    ir_text = gemm.gemm_ir(suffix, gemm.host_shapes()[suffix])
+    where = cache_dir()
+    module = jit.JitModule.from_ir(ir_text) if where is None else \
+        _cached(where / f"{_key(ir_text)}.o", lambda: (ir_text, {}))[0]
     gemm.register(suffix, module)
     return module
 
 
-def _load(ir_text: str) -> tuple[jit.JitModule, str]:
-    where = cache_dir()
-    if where is None:
-        return jit.JitModule.from_ir(ir_text), "compiled"
-    key = hashlib.sha256("\0".join([ir_text, _version(), JIT_VERSION, llvmlite.__version__, jit.cpu_key()]).encode())
-    key = key.hexdigest()
-    path = where / f"{key}.o"
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join([*parts, _version(), JIT_VERSION, llvmlite.__version__, jit.cpu_key()]).encode()
+                          ).hexdigest()
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 of gradir's own source files: a key made before code is written (load_program) must change
+    whenever the code that writes it does."""
+    h = hashlib.sha256()
+    here = pathlib.Path(__file__).resolve()
+    for root in (pathlib.Path(sys.modules[Graph.__module__].__file__).resolve().parents[1],  # gradir/
+                 pathlib.Path(sys.modules[fuse.__module__].__file__).resolve().parent,  # passes/
+                 here.parents[1]):  # backends/
+        for f in sorted(root.rglob("*.py")):
+            h.update(f"{f.relative_to(root)}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _cached(path: pathlib.Path, make) -> tuple[jit.JitModule, str, dict]:
+    """The module cached at `path` (returns it, 'cache', what it calls), or the one compiled from `make()`'s
+    (IR text, what it calls), then cached there. An entry is a magic line, the SHA-256 of the rest, a line of
+    JSON (what the code calls) and the object code: loading anything else could crash the process, so a corrupt
+    or foreign entry is rebuilt instead."""
     try:
         entry = path.read_bytes()
     except OSError:
         entry = b""
-    # an entry is a magic line, the SHA-256 of the object code, then the code: loading anything else
-    # could crash the process, so a corrupt or foreign entry is rebuilt instead
-    head, digest, obj = entry[:len(CACHE_MAGIC)], entry[len(CACHE_MAGIC):len(CACHE_MAGIC) + 32], entry[len(CACHE_MAGIC) + 32:]
-    if head == CACHE_MAGIC and obj and hashlib.sha256(obj).digest() == digest:
-        return jit.JitModule.from_object(obj), "cache"
+    head, digest, rest = entry[:len(CACHE_MAGIC)], entry[len(CACHE_MAGIC):len(CACHE_MAGIC) + 32], entry[len(CACHE_MAGIC) + 32:]
+    if head == CACHE_MAGIC and b"\n" in rest and hashlib.sha256(rest).digest() == digest:
+        line, obj = rest.split(b"\n", 1)
+        try:
+            needs = json.loads(line)
+        except ValueError:
+            needs = None
+        if obj and isinstance(needs, dict):
+            register(needs)
+            return jit.JitModule.from_object(obj), "cache", needs
+    ir_text, needs = make()
+    register(needs)
     module = jit.JitModule.from_ir(ir_text)
     try:
-        where.mkdir(parents=True, exist_ok=True)
-        obj = module.object_code()
-        write_atomic(path, CACHE_MAGIC + hashlib.sha256(obj).digest() + obj)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rest = json.dumps(needs).encode() + b"\n" + module.object_code()
+        write_atomic(path, CACHE_MAGIC + hashlib.sha256(rest).digest() + rest)
     except OSError:
         pass  # an unwritable cache only costs the next process a compile
-    return module, "compiled"
+    return module, "compiled", needs
 
 
 def _segments(program: FusedProgram) -> list[list]:
@@ -153,14 +221,15 @@ class LLVMCompiled:
         self.consts = [v for v in dict.fromkeys([a.owner for a in p.access.values()]) if v.op == "const"]
         steps = _segments(p)
         compiled = [s for s in steps if isinstance(s, list)]
-        mb = ModuleBuilder(p, [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)], self.consts,
-                           parallel=pool_module() is not None)
-        self.module_ir = module_text(mb.build([k for s in compiled for k in s]))
+        self._returned = [v if v is not None else graph.outputs[i] for i, v in enumerate(p.returned)]
+        mb = ModuleBuilder(p, self._returned, self.consts, parallel=pool_module() is not None)
+        self._compiled_kernels = [k for s in compiled for k in s]
+        mb.plan(self._compiled_kernels)
         self._builder = mb  # (its tables: run_with_ready and profile build their own)
         self.chains = mb.chains  # kernel index -> the next kernel's, run image by image with it (chains.py)
         self.steps = [self._compiled_step(s, mb) if isinstance(s, list) else s for s in steps]
-        mb.release()  # LLVM's compile is the peak of memory: drop the build's bookkeeping first
-        self.jit, self.origin = load_module(self.module_ir)
+        self.jit, self.origin, self._module_ir, needs = load_program(mb)
+        mb.release()  # drop the build's bookkeeping
         self._driver = _DRIVER(self.jit.address("gradir_run"))
         self._failed = np.zeros(1, np.int64)
         self._failed_ptr = self._failed.ctypes.data
@@ -183,7 +252,7 @@ class LLVMCompiled:
         self.threads = jit.default_threads() if threads is None else max(1, int(threads))
         """Threads the big kernels share (GRADIR_NUM_THREADS, default the cores this process may use); may be
         changed between calls. Results do not depend on it: threads split only independent iterations."""
-        self._blas = "gradir_blas_" in self.module_ir  # (BLAS is held at one thread while it runs)
+        self._blas = needs["blas"]  # (BLAS is held at one thread while it runs)
         self._ready_plan = None  # run_with_ready's steps, cut at the kernels that finish outputs (made on first use)
         self._in_types = [(x.dtype, x.shape) for x in graph.inputs]
         self._last_inputs = [None] * len(graph.inputs)
@@ -227,6 +296,14 @@ class LLVMCompiled:
             if reused:
                 lines.append("  * the buffer between them is one image's worth per thread, used image after image")
         return "\n".join(lines)
+
+    @property
+    def module_ir(self) -> str:
+        """The LLVM IR gradir generated (written again when the module came from the disk cache)."""
+        if self._module_ir is None:
+            mb = ModuleBuilder(self.program, self._returned, self.consts, parallel=self._builder.parallel)
+            self._module_ir = module_text(mb.build(self._compiled_kernels))
+        return self._module_ir
 
     @property
     def listing(self) -> str:

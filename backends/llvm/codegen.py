@@ -17,20 +17,36 @@ kernels.py, on emitter.py's values (the compute types, loads and stores, the per
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from llvmlite import ir
 
 from gradir.core.ir import Value
 from gradir.passes.fusion import LOOP, MATMUL, NUMPY, SCAN, SCATTER, WINDOW, FusedProgram, Kernel
 
+from .. import loops
 from ..loops import lowering
-from ..sharing import kernel_params, share
+from ..sharing import kernel_key, kernel_params, share
+from . import chains, emitter, gemm, index_kernels, kernels, mathlib
 from .chains import image_chains, reused_per_image
 from .emitter import I8, I32, I64, PTR, counted
 from .index_kernels import ScanKernel, ScatterKernel, WindowKernel
 from .kernels import LoopKernel, MatmulKernel, split_of
 
 PIECES_PER_THREAD = 4  # a split kernel's iterations are cut into about this many pieces per thread
+
+
+def tunables() -> str:
+    """The module constants of everything that writes kernel code (sizes, thresholds, tables): part of
+    `ModuleBuilder.structure`, since tests and benchmarks change some (the split sweep, A/B runs)."""
+    import sys
+
+    spell = lambda v: repr(sorted(map(repr, v)) if isinstance(v, frozenset) else v)  # (a set's order varies by run)
+    found = [(m.__name__, k, spell(v)) for m in (loops, chains, emitter, gemm, index_kernels, kernels, mathlib,
+                                                 sys.modules[__name__])
+             for k, v in vars(m).items() if k.isupper() and isinstance(v, int | float | str | tuple | dict | frozenset)]
+    return repr(sorted(t for t in found if " at 0x" not in t[2]))  # (not tables of functions: their ids vary)
 
 
 class ModuleBuilder:
@@ -71,25 +87,52 @@ class ModuleBuilder:
 
     def build(self, kernels: list[Kernel]) -> ir.Module:
         """One function per distinct kernel (sharing.share) and the driver `gradir_run` that runs a table."""
+        self.plan(kernels)
+        return self.emit()
+
+    def plan(self, kernels: list[Kernel]) -> None:
+        """What `emit` will write, without writing it: which kernels share a function (sharing.share), which run
+        as chains, and each table entry's function (its name and number of buffers)."""
         kernels = [k for k in kernels if k.kind != NUMPY]
         self.params = {}  # filled in by share
         self.function_of, self.functions = share(kernels, self.program, self.params)
-        for k in self.functions:
-            self.kernel_function(k)
         self.entries = [(k.name, len(self.kernel_params(k))) for k in self.functions]
         self.chains = image_chains(self.program, kernels) if self.parallel else {}
         by_index = {k.index: k for k in kernels}
+        self.chained: list[tuple] = []  # per chain function: (its first kernel's function, its second's, reuse)
         for p, (c, _) in self.chains.items():
             reuse = reused_per_image(self.program, by_index[p], by_index[c])
             key = (self.function_of[p], self.function_of[c], reuse)
             if key not in self.chain_function:
                 self.chain_function[key] = len(self.entries)
-                self.entries.append(self.chain(self.functions[key[0]], self.functions[key[1]], reuse))
+                first, second = self.functions[key[0]], self.functions[key[1]]
+                self.entries.append((self.chain_name(first, second, reuse),
+                                     len(self.kernel_params(first)) + len(self.kernel_params(second))))
+                self.chained.append(key)
             self.chain_of[p] = self.chain_function[key]
             if reuse is not None:
                 self.reused.add(p)
+
+    def emit(self) -> ir.Module:
+        """The module `plan` planned: the kernels' functions, the chains' and the driver."""
+        for k in self.functions:
+            self.kernel_function(k)
+        for first, second, reuse in self.chained:
+            self.chain(self.functions[first], self.functions[second], reuse)
         self.driver()
         return self.module
+
+    def structure(self) -> str:
+        """What the planned module's code is made from, for a disk cache keyed before any code is written: the
+        table's entries, each function's kernel as sharing.kernel_key spells it (equal keys: equal code) and its
+        split over threads, the chains, and the kernel emitters' tunables (tests and benchmarks set some). The
+        keys name values outside a kernel's buffers by id(): those are numbered in order of appearance here."""
+        split = (lambda k: split_of(self.program, k)) if self.parallel else (lambda k: None)
+        keys = [(kernel_key(k, self.program, self.params[k.index]), split(k)) for k in self.functions]
+        text = repr((self.entries, keys, self.chained, self.parallel, tunables()))
+        ids: dict[str, int] = {}
+        return re.sub(r"\('(foreign|object)', (\d+)\)",
+                      lambda m: f"('{m[1]}', #{ids.setdefault(m[2], len(ids))})", text)
 
     def kernel_params(self, k: Kernel) -> list[Value]:
         """The distinct buffers kernel k touches: owners of what it reads, then what it writes."""
@@ -133,12 +176,16 @@ class ModuleBuilder:
         self._parallel_call(once.b, fn, body, split, len(params))
         return fn
 
-    def chain(self, first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None) -> tuple[str, int]:
+    @staticmethod
+    def chain_name(first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None) -> str:
+        return f"{first.name}+{second.name}" + ("" if reuse is None else f"+reused{'_'.join(map(str, reuse))}")
+
+    def chain(self, first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None) -> None:
         """The function running (the functions of) two chained kernels image by image (chains.py): its body
         calls each kernel's body on one image at a time; threads share images as they share either kernel's.
         `reuse` (chains.reused_per_image): the buffer between them, given to both kernels shifted back so each
         image of a thread's piece is written and read where the piece's first image is."""
-        name = f"{first.name}+{second.name}" + ("" if reuse is None else f"+reused{'_'.join(map(str, reuse))}")
+        name = self.chain_name(first, second, reuse)
         params = len(self.kernel_params(first)) + len(self.kernel_params(second))
         # (no noalias: the second kernel reads what the first writes)
         fn, body = (self._function(f, params, extra, noalias=False) for f, extra in ((name, 1), (f"{name}.body", 2)))
@@ -160,7 +207,6 @@ class ModuleBuilder:
         b.ret(b.load(status, typ=I32))
         self._parallel_call(ir.IRBuilder(fn.append_basic_block("entry")), fn, body, split_of(self.program, first),
                             params)
-        return name, params
 
     def _parallel_call(self, b: ir.IRBuilder, fn: ir.Function, body: ir.Function, split, nparams: int) -> None:
         """Finish `fn` (its builder `b` after the prologue): with more than one thread, the buffers go in a
