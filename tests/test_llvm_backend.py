@@ -173,6 +173,9 @@ def test_a_cached_program_is_found_by_its_structure_before_any_code_is_written(t
     assert other.executable(w, x).origin == "compiled"
     monkeypatch.setattr(llvm_kernels, "UNROLLED_INSIDE", llvm_kernels.UNROLLED_INSIDE + 1)
     assert step(2.0).executable(w, x).origin == "compiled"
+    # a structure without an exact spelling (an attribute sharing._canon cannot spell) is cached by its IR text
+    monkeypatch.setattr(llvm_backend.ModuleBuilder, "structure", lambda mb: None)
+    assert [step(3.0).executable(w, x).origin for _ in range(2)] == ["compiled", "cache"]
 
 
 def test_bad_indices_raise_the_located_gradir_error():

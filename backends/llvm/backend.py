@@ -98,18 +98,18 @@ def load_program(mb: ModuleBuilder) -> tuple[jit.JitModule, str, str | None, dic
     GPT-2-small step), else emitted, compiled and cached. Returns the module, 'cache' or 'compiled', the IR text
     when it was written, and the external functions it calls (`calls_of`)."""
     where = cache_dir()
-    if where is None:
+    structure = None if where is None else mb.structure()
+    if where is None or structure is None:  # no cache, or a structure without an exact spelling: by the IR text
         ir_text = module_text(mb.emit())
-        needs = calls_of(ir_text)
-        register(needs)
-        return jit.JitModule.from_ir(ir_text), "compiled", ir_text, needs
+        module, origin = load_module(ir_text)
+        return module, origin, ir_text, calls_of(ir_text)
     written = []
 
     def make() -> tuple[str, dict]:
         ir_text = module_text(mb.emit())
         written.append(ir_text)
         return ir_text, calls_of(ir_text)
-    module, origin, needs = _cached(where / f"{_key(mb.structure(), source_digest())}.o", make)
+    module, origin, needs = _cached(where / f"{_key(structure, source_digest())}.o", make)
     return module, origin, written[0] if written else None, needs
 
 

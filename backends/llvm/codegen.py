@@ -76,6 +76,7 @@ class ModuleBuilder:
         # a kernel between them runs first): chains.py
         self.chain_function: dict[tuple, int] = {}  # (function, function, its reuse) -> the number of their chain
         self.chain_of: dict[int, int] = {}  # chained first kernel's index -> the number of the chain's function
+        self.chained: list[tuple] = []  # per chain function: (its first kernel's function, its second's, reuse)
         self.reused: set[int] = set()  # chained first kernels whose buffer to the second is one image's worth
         self.entries: list[tuple[str, int]] = []  # per function number: its name and number of buffers
 
@@ -99,7 +100,6 @@ class ModuleBuilder:
         self.entries = [(k.name, len(self.kernel_params(k))) for k in self.functions]
         self.chains = image_chains(self.program, kernels) if self.parallel else {}
         by_index = {k.index: k for k in kernels}
-        self.chained: list[tuple] = []  # per chain function: (its first kernel's function, its second's, reuse)
         for p, (c, _) in self.chains.items():
             reuse = reused_per_image(self.program, by_index[p], by_index[c])
             key = (self.function_of[p], self.function_of[c], reuse)
@@ -122,17 +122,19 @@ class ModuleBuilder:
         self.driver()
         return self.module
 
-    def structure(self) -> str:
+    def structure(self) -> str | None:
         """What the planned module's code is made from, for a disk cache keyed before any code is written: the
         table's entries, each function's kernel as sharing.kernel_key spells it (equal keys: equal code) and its
         split over threads, the chains, and the kernel emitters' tunables (tests and benchmarks set some). The
-        keys name values outside a kernel's buffers by id(): those are numbered in order of appearance here."""
+        keys name buffers a kernel does not touch by id(): those are numbered in order of appearance here. None
+        when an attribute has no exact spelling (sharing._canon's "object": equal only to itself)."""
         split = (lambda k: split_of(self.program, k)) if self.parallel else (lambda k: None)
         keys = [(kernel_key(k, self.program, self.params[k.index]), split(k)) for k in self.functions]
         text = repr((self.entries, keys, self.chained, self.parallel, tunables()))
+        if "('object', " in text:
+            return None
         ids: dict[str, int] = {}
-        return re.sub(r"\('(foreign|object)', (\d+)\)",
-                      lambda m: f"('{m[1]}', #{ids.setdefault(m[2], len(ids))})", text)
+        return re.sub(r"\('foreign', (\d+)\)", lambda m: f"('foreign', #{ids.setdefault(m[1], len(ids))})", text)
 
     def kernel_params(self, k: Kernel) -> list[Value]:
         """The distinct buffers kernel k touches: owners of what it reads, then what it writes."""
