@@ -99,16 +99,16 @@ def load_program(mb: ModuleBuilder) -> tuple[jit.JitModule, str, str | None, dic
     when it was written, and the external functions it calls (`calls_of`)."""
     where = cache_dir()
     structure = None if where is None else mb.structure()
-    if where is None or structure is None:  # no cache, or a structure without an exact spelling: by the IR text
-        ir_text = module_text(mb.emit())
-        module, origin = load_module(ir_text)
-        return module, origin, ir_text, calls_of(ir_text)
     written = []
 
     def make() -> tuple[str, dict]:
         ir_text = module_text(mb.emit())
+        mb.release()  # LLVM's compile is the peak of memory: drop the build's bookkeeping first
         written.append(ir_text)
         return ir_text, calls_of(ir_text)
+    if where is None or structure is None:  # no cache, or a structure without an exact spelling: by the IR text
+        ir_text, needs = make()
+        return *load_module(ir_text), ir_text, needs
     module, origin, needs = _cached(where / f"{_key(structure, source_digest())}.o", make)
     return module, origin, written[0] if written else None, needs
 
@@ -229,7 +229,7 @@ class LLVMCompiled:
         self.chains = mb.chains  # kernel index -> the next kernel's, run image by image with it (chains.py)
         self.steps = [self._compiled_step(s, mb) if isinstance(s, list) else s for s in steps]
         self.jit, self.origin, self._module_ir, needs = load_program(mb)
-        mb.release()  # drop the build's bookkeeping
+        mb.release()  # (a warm start wrote no code: its bookkeeping goes now)
         self._driver = _DRIVER(self.jit.address("gradir_run"))
         self._failed = np.zeros(1, np.int64)
         self._failed_ptr = self._failed.ctypes.data
