@@ -58,9 +58,15 @@ def test_online_rows_match_torch(name, f, tf, kind, n, dtype):
     np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=tol, atol=tol * scale)
 
 
-def test_all_minus_inf_rows_are_nan_as_in_torch():
+@pytest.mark.parametrize("bad", ["all -inf", "one nan", "nan in the first chunk, the max later"])
+def test_rows_with_nan_or_only_minus_inf_are_nan_as_in_torch(bad):
     x = RNG.standard_normal((2, 2 * ONLINE_CHUNK + 5))
-    x[1] = -np.inf
+    if bad == "all -inf":
+        x[1] = -np.inf
+    elif bad == "one nan":
+        x[1, ONLINE_CHUNK + 3] = np.nan
+    else:
+        x[1, 5], x[1, -1] = np.nan, 50.0
     got = gr.compile(lambda x: gr.nn.softmax(x, axis=-1), backend="llvm")(x)
     want = torch.softmax(torch.tensor(x), -1).numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
