@@ -178,6 +178,22 @@ def test_a_cached_program_is_found_by_its_structure_before_any_code_is_written(t
     assert [step(3.0).executable(w, x).origin for _ in range(2)] == ["compiled", "cache"]
 
 
+def test_a_large_arena_is_populated_zeros_and_runs_as_a_small_one():
+    """Arenas from POPULATE_BYTES on are mapped with their pages in (MAP_POPULATE): zeros, writable, and a
+    program planned into one computes what the NumPy backend does."""
+    big = llvm_backend.populated_zeros(llvm_backend.POPULATE_BYTES + 3)
+    assert big.nbytes == llvm_backend.POPULATE_BYTES + 3 and not big.any()
+    big[-1] = 7
+    assert big[-1] == 7 and not big[:-1].any()
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((512, 512)), rng.standard_normal((512, 512)) / 20
+    f = lambda w, x: gr.sum(gr.tanh(x @ w) * gr.exp(gr.sin(x @ w)))
+    (value, grad), (got_value, got_grad), c = both(gr.value_and_grad(f), w, x)
+    assert c.executable(w, x).arena.nbytes >= llvm_backend.POPULATE_BYTES
+    assert_same(got_value, value, rtol=1e-11)
+    assert_same(got_grad, grad, rtol=1e-11, atol=1e-12 * np.abs(grad).max())  # (products summed in another order)
+
+
 def test_bad_indices_raise_the_located_gradir_error():
     table, idx = RNG.standard_normal((5, 3)), np.array([0, 4, 7])
     f = gr.compile(lambda t, i: gr.sum(gr.take(t, i, axis=0)), backend="llvm")

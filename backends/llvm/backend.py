@@ -31,6 +31,7 @@ import ctypes
 import functools
 import hashlib
 import json
+import mmap
 import os
 import pathlib
 import sys
@@ -191,6 +192,20 @@ def _cached(path: pathlib.Path, make) -> tuple[jit.JitModule, str, dict]:
     return module, "compiled", needs
 
 
+POPULATE_BYTES = 4 << 20  # arenas from this size on are mapped with their pages already in (populated_zeros)
+
+
+def populated_zeros(nbytes: int) -> np.ndarray:
+    """nbytes of zeros. From POPULATE_BYTES on, a fresh anonymous mapping whose pages the kernel puts in at once
+    (MAP_POPULATE, Linux) rather than one fault at a time when the first call touches them (the planner sized the
+    arena to what a call uses): a 12-layer GPT-2-small step's first call then takes 0.94 s instead of 1.3-1.5 s,
+    its warm compile 0.45-0.55 s instead of 0.75-0.9 s on this machine."""
+    if nbytes < POPULATE_BYTES or not hasattr(mmap, "MAP_POPULATE"):
+        return np.zeros(nbytes, np.uint8)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    return np.frombuffer(region, np.uint8)  # (the array keeps the mapping alive)
+
+
 def _segments(program: FusedProgram) -> list[list]:
     """Runs of compiled kernels, split by NumPy fallback kernels (which run between them)."""
     segments, current = [], []
@@ -238,7 +253,7 @@ class LLVMCompiled:
         self.num_slots = mb.num_slots
         self.slot = mb.slot
         self.arena_slot = mb.arena_slot
-        self._arena_raw = np.zeros(p.arena_bytes + ALIGN, np.uint8)
+        self._arena_raw = populated_zeros(p.arena_bytes + ALIGN)
         start = (-self._arena_raw.ctypes.data) % ALIGN
         self.arena = self._arena_raw[start:start + p.arena_bytes]
         self._const_arrays = [np.ascontiguousarray(c.attrs["value"]) for c in self.consts]
