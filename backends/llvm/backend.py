@@ -85,12 +85,7 @@ def load_module(ir_text: str) -> tuple[jit.JitModule, str]:
     """The compiled module for `ir_text`, from the disk cache when there (returns it and 'cache' or 'compiled'),
     with the functions it calls registered first: BLAS, and gemm.py's products (a module of their own,
     compiled once per process, or loaded from the same cache)."""
-    needs = calls_of(ir_text)
-    register(needs)
-    where = cache_dir()
-    if where is None:
-        return jit.JitModule.from_ir(ir_text), "compiled"
-    return _cached(where / f"{_key(ir_text)}.o", lambda: (ir_text, needs))[:2]
+    return _compile(lambda: (ir_text, calls_of(ir_text)))[:2]
 
 
 def load_program(mb: ModuleBuilder) -> tuple[jit.JitModule, str, str | None, dict]:
@@ -98,8 +93,6 @@ def load_program(mb: ModuleBuilder) -> tuple[jit.JitModule, str, str | None, dic
     before any code is written (a warm start skips emitting and printing the IR: 0.3 of 0.5 s on a 12-layer
     GPT-2-small step), else emitted, compiled and cached. Returns the module, 'cache' or 'compiled', the IR text
     when it was written, and the external functions it calls (`calls_of`)."""
-    where = cache_dir()
-    structure = None if where is None else mb.structure()
     written = []
 
     def make() -> tuple[str, dict]:
@@ -107,10 +100,11 @@ def load_program(mb: ModuleBuilder) -> tuple[jit.JitModule, str, str | None, dic
         mb.release()  # LLVM's compile is the peak of memory: drop the build's bookkeeping first
         written.append(ir_text)
         return ir_text, calls_of(ir_text)
-    if where is None or structure is None:  # no cache, or a structure without an exact spelling: by the IR text
-        ir_text, needs = make()
-        return *load_module(ir_text), ir_text, needs
-    module, origin, needs = _cached(where / f"{_key(structure, source_digest())}.o", make)
+
+    def key() -> str | None:  # (None: a structure without an exact spelling is keyed by its IR text)
+        structure = mb.structure()
+        return None if structure is None else _key(structure, source_digest())
+    module, origin, needs = _compile(make, key)
     return module, origin, written[0] if written else None, needs
 
 
@@ -134,9 +128,7 @@ def gemm_module(suffix: str) -> jit.JitModule:
     """gemm.py's product for element type `suffix` ('f32', 'f64'), compiled (or loaded) once and registered."""
     gemm.runtime()
     ir_text = gemm.gemm_ir(suffix, gemm.host_shapes()[suffix])
-    where = cache_dir()
-    module = jit.JitModule.from_ir(ir_text) if where is None else \
-        _cached(where / f"{_key(ir_text)}.o", lambda: (ir_text, {}))[0]
+    module = _compile(lambda: (ir_text, {}))[0]  # (it calls nothing to register)
     gemm.register(suffix, module)
     return module
 
@@ -161,11 +153,22 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def _cached(path: pathlib.Path, make) -> tuple[jit.JitModule, str, dict]:
-    """The module cached at `path` (returns it, 'cache', what it calls), or the one compiled from `make()`'s
-    (IR text, what it calls), then cached there. An entry is a magic line, the SHA-256 of the rest, a line of
-    JSON (what the code calls) and the object code: loading anything else could crash the process, so a corrupt
-    or foreign entry is rebuilt instead."""
+def _compile(make, key=lambda: None) -> tuple[jit.JitModule, str, dict]:
+    """The module of `make()`'s (IR text, what it calls: `calls_of`), what it calls registered first: from the
+    disk cache entry named by `key()` (None: by the IR text) when there is a cache and that entry (returns it,
+    'cache', what it calls), else compiled and cached there ('compiled'). An entry is a magic line, the SHA-256
+    of the rest, a line of JSON (what the code calls) and the object code: loading anything else could crash
+    the process, so a corrupt or foreign entry is rebuilt instead."""
+    where = cache_dir()
+    if where is None:
+        ir_text, needs = make()
+        register(needs)
+        return jit.JitModule.from_ir(ir_text), "compiled", needs
+    name = key()
+    if name is None:
+        made = make()
+        name, make = _key(made[0]), lambda: made
+    path = where / f"{name}.o"
     try:
         entry = path.read_bytes()
     except OSError:

@@ -40,12 +40,10 @@ PIECES_PER_THREAD = 4  # a split kernel's iterations are cut into about this man
 def tunables() -> str:
     """The module constants of everything that writes kernel code (sizes, thresholds, tables): part of
     `ModuleBuilder.structure`, since tests and benchmarks change some (the split sweep, A/B runs)."""
-    import sys
-
     spell = lambda v: repr(sorted(map(repr, v)) if isinstance(v, frozenset) else v)  # (a set's order varies by run)
-    found = [(m.__name__, k, spell(v)) for m in (loops, chains, emitter, gemm, index_kernels, kernels, mathlib,
-                                                 sys.modules[__name__])
-             for k, v in vars(m).items() if k.isupper() and isinstance(v, int | float | str | tuple | dict | frozenset)]
+    spaces = [vars(m) for m in (loops, chains, emitter, gemm, index_kernels, kernels, mathlib)] + [globals()]
+    found = [(space["__name__"], k, spell(v)) for space in spaces for k, v in space.items()
+             if k.isupper() and isinstance(v, int | float | str | tuple | dict | frozenset)]
     return repr(sorted(t for t in found if " at 0x" not in t[2]))  # (not tables of functions: their ids vary)
 
 
