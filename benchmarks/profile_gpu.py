@@ -74,7 +74,6 @@ def main(argv=None) -> str:
     gargs = bench.args(w, grad=False)
     parts += ["## gradir triton", profile(torch, device, lambda: step(*gargs), args.calls, args.top),
               step.executable(*gargs).listing]
-    del gargs
     runner = bench.torch_compile(w)
     parts += ["## torch.compile", profile(torch, device, runner.call, args.calls, args.top)]
     text = "\n\n".join(parts) + "\n"

@@ -215,9 +215,10 @@ def _identity(r: int) -> tuple:
 # -- grouping ---------------------------------------------------------------------------------------
 
 class _Fuser:
-    def __init__(self, graph: Graph, order, renders: frozenset[str] | None = None):
+    def __init__(self, graph: Graph, order, renders: frozenset[str] | None = None, accumulate_totals: bool = False):
         self.graph = graph
         self.renders = renders
+        self.accumulate_totals = accumulate_totals
         self.order = list(graph.nodes if order is None else order)
         self.kernels: list[Kernel] = []
         self.kernel_of: dict[Value, Kernel] = {}
@@ -465,7 +466,9 @@ class _Fuser:
         else:
             axes, keepdims = n.attrs["axes"], n.attrs["keepdims"]
         reduced = sorted(axes)
-        if reduced and reduced == list(range(reduced[0], r)) and k.outer in (None, reduced[0]):
+        total = self.accumulate_totals and n.op == "sum" and n.dtype in (dtypes.float32, dtypes.float64) \
+            and len(reduced) == r
+        if reduced and reduced == list(range(reduced[0], r)) and k.outer in (None, reduced[0]) and not total:
             k.outer = reduced[0]
         else:
             if not k.accumulated:
@@ -557,14 +560,17 @@ def _folds_after_their_products(kernels: list[Kernel], kernel_of: dict[Value, Ke
     return kernels
 
 
-def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str] | None = None) -> FusedProgram:
+def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str] | None = None,
+         accumulate_totals: bool = False) -> FusedProgram:
     """Group `graph`'s nodes (run in `order`, a schedule; default graph order) into kernels, decide
     which values are stored, and place the stored intermediates in one arena.
 
     `renders` is the table of ops the backend renders (each compiled backend declares its `RENDERS`): a node
     whose op is not in it gets a NumPy fallback kernel of its own, and the listing says so. None: every op
-    fusion can place (the elementwise primitives and KERNEL_OPS), the kernels as no backend limits them."""
-    fuser = _Fuser(graph, order, renders)
+    fusion can place (the elementwise primitives and KERNEL_OPS), the kernels as no backend limits them.
+    `accumulate_totals`: a float32/float64 sum over every axis accumulates into memory instead of making the
+    whole domain one row (a GPU's row is one program: a loss's mean over 25M elements would run on one core)."""
+    fuser = _Fuser(graph, order, renders, accumulate_totals)
     kernels = _folds_after_their_products(fuser.run(), fuser.kernel_of)
     kernel_of, access = fuser.kernel_of, fuser.access
 

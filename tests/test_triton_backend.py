@@ -300,3 +300,31 @@ def test_identical_blocks_share_one_generated_function():
     functions = [compiled.function_of[k.index] for k in compiled.program.kernels if k.index in compiled.function_of]
     assert len(set(functions)) < len(functions) and "code]" in compiled.listing
     assert compiled.kernel_source.count("@triton.jit") == len(set(functions))
+
+
+@pytest.mark.parametrize("target,flat_block", [(1, 1024), (2, 4), (3, 1024)])
+def test_accumulations_sum_several_rows_per_program(monkeypatch, target, flat_block):
+    # a kernel accumulating into memory gives each program several rows of the axes every accumulation sums over
+    # (a GPU's bias gradient over a 32k-row batch): their sum in registers, one atomic add per lane after them.
+    # Fewer programs than TARGET_PROGRAMS = 1024 force it here; FLAT_BLOCK = 4 splits a row into masked blocks.
+    from gradir.backends.triton import codegen
+
+    monkeypatch.setattr(codegen, "TARGET_PROGRAMS", target)
+    monkeypatch.setattr(codegen, "MIN_LANES", 4)
+    monkeypatch.setattr(codegen, "FLAT_BLOCK", flat_block)
+    rng = np.random.default_rng(7)
+    x, w, b = rng.standard_normal((6, 4, 5)), rng.standard_normal((6, 4, 5)), rng.standard_normal(5)
+    bias_grad = gr.value_and_grad(lambda x, b: gr.sum(gr.tanh(x + b) * w), argnums=(0, 1))
+    p = {"g": 1 + rng.standard_normal(21), "b": rng.standard_normal(21), "w": rng.standard_normal((3, 4, 21))}
+    ln_grad = gr.value_and_grad(layer_norm_loss, argnums=(0, 1))  # rows in registers, gain/bias sums accumulated
+    y = rng.standard_normal((7, 9, 13)).astype(np.float32)
+    mean_square = gr.value_and_grad(lambda y: gr.mean(y * y))  # a total sum: accumulated, the divide after it
+    ints = rng.integers(-5, 5, (12, 6))
+    column_sums = lambda i: gr.sum(i, axis=0)  # noqa: E731
+    for f, args, tol in [(bias_grad, (x, b), 1e-12), (ln_grad, (p, rng.standard_normal((3, 4, 21))), 1e-12),
+                         (mean_square, (y,), 2e-6), (column_sums, (ints,), 0)]:
+        want, got = both(f, *args)
+        assert_close(got, want, tol)
+        src = gr.compile(f, backend="triton").source(*args)
+        assert "rows each" in src or "rows in" in src, src
+    assert "rows in" in gr.compile(ln_grad, backend="triton").source(p, rng.standard_normal((3, 4, 21)))

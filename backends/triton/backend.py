@@ -160,7 +160,7 @@ class TritonCompiled:
     def __init__(self, graph: Graph, order: list[Value] | None = None, check: bool = False):
         self.device = require_triton()
         self.graph = graph  # of primitives only (backends.compile_graph lowered the composites)
-        self.program = p = fuse(graph, order, renders=RENDERS)
+        self.program = p = fuse(graph, order, renders=RENDERS, accumulate_totals=True)
         self.steps: list[tuple] = []          # (kind, kernel, launch details)
         self.reasons: dict[int, str] = {}     # kernel index -> why it runs on the NumPy reference
         sources: list[str] = []               # the generated functions, one per distinct kernel
@@ -382,6 +382,11 @@ class TritonCompiled:
 
         n = k.nodes[0]
         a, b = (self._view(u, bufs) for u in n.inputs)
+        if k.epilogue is None and k.transposed is None:
+            dest = self._view(n, bufs)
+            if dest.is_contiguous():  # straight into its buffer: no product to copy (1.5 GB for T=1024 attention)
+                torch.matmul(a, b, out=dest)
+                return
         product = torch.matmul(a, b)
         out = n
         if k.epilogue is not None:  # the bias add the product's buffer starts from (its shape may be a reshape's)

@@ -14,10 +14,13 @@ Python. Every shape is static, so sizes and strides are literals in the source. 
   the row is walked in chunks of BLOCK, once per *pass* of the fusion plan: the values a pass needs from
   earlier passes are read back if stored, else computed again, exactly as the LLVM backend does.
 
-Reductions the fusion pass accumulates into memory (a bias gradient summing over the batch axis) are
-``tl.atomic_add`` into a buffer the host zeroed: programs add in any order, so sums may differ from
-NumPy's in the last bits. Values are computed in float64, float32 (also for float16 and bfloat16, rounded
-back after every op, as NumPy rounds each op's result), int64/int32 or int1. An out-of-range gather index
+Reductions the fusion pass accumulates into memory (a bias gradient summing over the batch axis; on this
+backend also a loss's total sum, `fuse(accumulate_totals=True)`) are ``tl.atomic_add`` into a buffer the host
+zeroed: programs add in any order, so sums may differ from NumPy's in the last bits. Where that would be more
+than TARGET_PROGRAMS programs, each program takes several rows of the axes every accumulation sums over (flat
+kernels: rows of the trailing axes; row kernels: whole rows), sums them in registers and adds once per lane.
+Values are computed in float64, float32 (also for float16 and bfloat16, rounded back after every op, as
+NumPy rounds each op's result), int64/int32 or int1. An out-of-range gather index
 stores the node's code in an error word the host reads after the run.
 
 `RENDERS` is the table of the ops this backend renders; fusion (passes.fusion.fuse) reads it and keeps every
@@ -46,6 +49,8 @@ from ..loops import LoopPlan, Term, mapped, stored_earlier
 MAX_ROW = 4096        # inner elements a row kernel keeps in registers (one block); longer rows are chunked
 CHUNK = 1024          # the block of chunked rows
 FLAT_BLOCK = 1024     # the most points of a flat kernel one program takes
+TARGET_PROGRAMS = 1024  # a kernel accumulating into memory gives each program rows until about this many remain
+MIN_LANES = 128       # ... rows of at least this many points where the accumulations allow (a loss's total sum)
 MATH = {"tanh": "mathfn.tanh", "sigmoid": "mathfn.sigmoid", "expm1": "mathfn.expm1", "log1p": "mathfn.log1p",
         "tan": "mathfn.tan", "rint": "mathfn.rint", "exp": "tl.exp", "log": "tl.log", "sin": "tl.sin", "cos": "tl.cos",
         "sqrt": "tl.sqrt", "erf": "tl.math.erf", "floor": "tl.floor", "ceil": "tl.ceil"}
@@ -188,17 +193,51 @@ class LoopSource:
         inner = math.prod(k.domain[self.outer:])
         self.inner_size = inner
         # grid: programs to launch (0 for an empty domain: the host launches nothing)
+        self.rows_per_program = 1  # > 1: rows summed in registers, accumulated with one atomic add per lane
         if k.outer is None:
             self.form = "flat"
             self.block = min(FLAT_BLOCK, next_pow2(max(inner, 1)))
             self.grid = -(-inner // self.block)
+            if k.accumulated:  # rows: the points of the leading axes every accumulation sums over
+                f = self.summed_axes()
+                while f > 0 and math.prod(k.domain[f:]) < MIN_LANES:
+                    f -= 1
+                self.kept = math.prod(k.domain[f:])
+                self.block = min(FLAT_BLOCK, next_pow2(max(self.kept, 1)))
+                self.col_blocks = -(-self.kept // self.block)
+                rows = math.prod(k.domain[:f])
+                self.rows_per_program = self.rows_each(rows, self.col_blocks)
+                if self.rows_per_program > 1:
+                    self.grid = rows // self.rows_per_program * self.col_blocks
+                else:
+                    self.block = min(FLAT_BLOCK, next_pow2(max(inner, 1)))
         else:
             self.form = "row" if inner <= MAX_ROW else "chunked"
             self.block = next_pow2(max(inner, 1)) if self.form == "row" else CHUNK
-            self.grid = math.prod(k.domain[:self.outer])
+            rows = math.prod(k.domain[:self.outer])
+            if self.form == "row" and k.accumulated and self.summed_axes() >= self.outer:
+                self.rows_per_program = self.rows_each(rows, 1)
+            self.grid = rows // self.rows_per_program
         self.num_warps = 8 if self.block >= 2048 else 4
         self.pass_index = 0
         self.text = self.render()
+
+    def summed_axes(self) -> int:
+        """How many leading domain axes every accumulation sums over (its address does not move along them)."""
+        k, first = self.k, self.r
+        for n in k.nodes:
+            if n in k.accumulated:
+                strides = mapped(c_strides(n.shape, 1), k.maps[n], self.r)
+                first = min(first, next((d for d in range(self.r) if strides[d] and k.domain[d] > 1), first))
+        return first
+
+    @staticmethod
+    def rows_each(rows: int, columns: int) -> int:
+        """Rows per program: the largest divisor of `rows` that still leaves TARGET_PROGRAMS programs (over
+        `columns` blocks per row). Each program then adds its rows' sums once instead of once per row: a bias
+        gradient over 32k rows of a batch made 32k atomic adds into each address."""
+        most = rows * columns // TARGET_PROGRAMS
+        return max((d for d in range(1, min(rows, most) + 1) if rows % d == 0), default=1)
 
     # -- source lines
     def emit(self, line: str) -> None:
@@ -518,7 +557,24 @@ class LoopSource:
             self.emit(f"tl.store({ptr}, {value})")
 
     def accumulate(self, n: Value, x: str) -> None:
-        """A reduction into memory (the host zeroed the buffer): atomic adds, one term per domain point."""
+        """A reduction into memory (the host zeroed the buffer): atomic adds, one term per domain point; with
+        several rows per program, a register sum over them (added by `accumulated_atomics` after the rows)."""
+        if self.rows_per_program > 1:
+            self.emit(f"a{self.pos[n]} += tl.where(live, {x}, {literal(0, n.dtype)})")
+        else:
+            self.atomic_add(n, x)
+
+    def accumulators(self) -> None:
+        for n in self.k.nodes:
+            if n in self.k.accumulated:
+                self.emit(f"a{self.pos[n]} = tl.zeros([{self.block}], {COMPUTE[n.dtype]})")
+
+    def accumulated_atomics(self) -> None:
+        for n in self.k.nodes:
+            if n in self.k.accumulated:
+                self.atomic_add(n, f"a{self.pos[n]}")
+
+    def atomic_add(self, n: Value, x: str) -> None:
         k = self.k
         acc = self.program.access[n]
         strides = mapped(c_strides(n.shape, 1), k.maps[n], self.r)
@@ -557,9 +613,19 @@ class LoopSource:
     def render(self) -> str:
         k = self.k
         self.emit("pid = tl.program_id(0)")
+        many = self.rows_per_program
         if self.form == "flat":
-            self.emit(f"i = pid * {self.block} + tl.arange(0, {self.block})")
-            self.emit(f"live = i < {self.inner_size}")
+            if many > 1:  # point r * kept + column, r over this program's rows
+                kept, cols = self.kept, self.col_blocks
+                self.emit(f"column = (pid % {cols}) * {self.block} + tl.arange(0, {self.block})")
+                self.emit(f"live = column < {kept}")
+                self.accumulators()
+                self.emit(f"for r in range((pid // {cols}) * {many}, (pid // {cols} + 1) * {many}):")
+                self.depth += 1
+                self.emit(f"i = r * {kept} + column")
+            else:
+                self.emit(f"i = pid * {self.block} + tl.arange(0, {self.block})")
+                self.emit(f"live = i < {self.inner_size}")
             memo: dict = {}
             full = tuple(range(self.r))
             for n in k.nodes:
@@ -567,15 +633,26 @@ class LoopSource:
                     self.accumulate(n, self.sum_operand(n, self.value(n.inputs[0], full, memo)))
                 elif n in k.stored:
                     self.store(n, self.compute(n, memo))
+            if many > 1:
+                self.depth -= 1
+                self.emit("i = column")  # the accumulations' addresses do not move along the rows
+                self.accumulated_atomics()
         elif self.form == "row":
             self.emit(f"i = tl.arange(0, {self.block})")
             self.emit(f"live = i < {self.inner_size}")
+            if many > 1:
+                self.accumulators()
+                self.emit(f"for pid in range(tl.program_id(0) * {many}, (tl.program_id(0) + 1) * {many}):")
+                self.depth += 1
             memo = {}
             self.rows_after(0, memo)
             for p in range(k.num_passes):
                 self.pass_index = p
                 self.register_pass(p, memo)
                 self.rows_after(p + 1, memo)
+            if many > 1:
+                self.depth -= 1
+                self.accumulated_atomics()
         else:
             self.rows_after(0, {})
             for p in range(k.num_passes):
@@ -595,10 +672,12 @@ class LoopSource:
 
     def describe(self) -> str:
         k = self.k
+        each = f", {self.rows_per_program} rows each" if self.rows_per_program > 1 else ""
         if self.form == "flat":
-            return f"{len(k.nodes)} nodes over {self.inner_size} points; {self.grid} programs of {self.block}"
+            return f"{len(k.nodes)} nodes over {self.inner_size} points; {self.grid} programs of {self.block}{each}"
         what = "whole row in registers" if self.form == "row" else f"chunks of {self.block}, {k.num_passes} passes"
-        return f"{len(k.nodes)} nodes; {self.grid} rows of {self.inner_size} ({what})"
+        rows = f"{self.grid * self.rows_per_program} rows in {self.grid} programs" if each else f"{self.grid} rows"
+        return f"{len(k.nodes)} nodes; {rows} of {self.inner_size} ({what})"
 
     def sum_operand(self, n: Value, x: str) -> str:
         xd = n.inputs[0].dtype
