@@ -11,10 +11,16 @@
 #      (in parallel with pytest-xdist where installed; cut off after $GPU_CHECK_TEST_TIMEOUT s);
 #   3. times the makemore MLP step and the GPT-2-style blocks against PyTorch eager and torch.compile:
 #        python benchmarks/bench_gpu.py --device cuda   -> benchmarks/gpu.md
-#      (cut off after $GPU_CHECK_BENCH_TIMEOUT s; the tables of finished workloads are kept).
-# The defaults keep the whole run under about 8 minutes. Without nvidia-smi it says so and runs the
+#      (cut off after $GPU_CHECK_BENCH_TIMEOUT s; the tables of finished workloads are kept);
+#   4. lists each kernel's device time on the large GPT block, gradir's and torch.compile's:
+#        python benchmarks/profile_gpu.py --workload gpt_large   -> $GPU_CHECK_LOG_DIR/profile_gpu.txt
+#      (cut off after $GPU_CHECK_PROFILE_TIMEOUT s, default 150; GPU_CHECK_SKIP_PROFILE=1 skips it).
+# The defaults cap the whole run at about 11 minutes (an H100 ran steps 1-3 in under 3). Without nvidia-smi it says so and runs the
 # interpreter path instead: python benchmarks/bench_gpu.py --device cpu --quick (a pipeline check).
 #
+# A machine that reaches no package index needs gradir's pure-Python dependencies it lacks as wheels (the
+# device image of 2026-12 lacked only graphviz): pip install --no-index --target DIR graphviz-*.whl and put DIR
+# on PYTHONPATH before running this.
 # Environment: PYTHON (the interpreter to use), GPU_CHECK_TEST_TIMEOUT (default 180 s),
 # GPU_CHECK_BENCH_TIMEOUT (default 300 s), GPU_CHECK_SKIP_TESTS=1 (benchmark only), GPU_CHECK_WORKERS
 # (pytest-xdist workers, default 8), GPU_CHECK_MAXFAIL (pytest stops after that many failures, default 25),
@@ -27,6 +33,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
 TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-180}
 BENCH_TIMEOUT=${GPU_CHECK_BENCH_TIMEOUT:-300}
+PROFILE_TIMEOUT=${GPU_CHECK_PROFILE_TIMEOUT:-150}
 WORKERS=${GPU_CHECK_WORKERS:-8}
 MAXFAIL=${GPU_CHECK_MAXFAIL:-25}
 LOG_DIR=${GPU_CHECK_LOG_DIR:-/tmp/gradir-gpu-check}
@@ -181,6 +188,16 @@ case $bench_rc in
     *) say "benchmark FAILED (exit $bench_rc); see $log; any finished tables are in $out" ;;
 esac
 copy_out "$out" "$log"
+
+# -- 3. where the large block's time goes ----------------------------------------------------------------
+if [ "${GPU_CHECK_SKIP_PROFILE:-0}" != 1 ]; then
+    prof="$LOG_DIR/profile_gpu.txt"
+    say "python benchmarks/profile_gpu.py --workload gpt_large (at most ${PROFILE_TIMEOUT} s)"
+    TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 timeout -k 10 "$PROFILE_TIMEOUT" \
+        "$PY" benchmarks/profile_gpu.py --workload gpt_large --calls 3 --out "$prof" >"$LOG_DIR/profile_gpu.log" 2>&1 \
+        && say "kernel profile: $prof" || say "profile FAILED or cut off; see $LOG_DIR/profile_gpu.log"
+    copy_out "$prof" "$LOG_DIR/profile_gpu.log"
+fi
 say "total ${SECONDS}s; tests exit $test_rc, benchmark exit $bench_rc"
 if [ "$test_rc" != 0 ]; then exit "$test_rc"; fi
 exit "$bench_rc"
