@@ -1,7 +1,8 @@
-"""Image chains (backends/llvm/chains.py): a convolution's unfold and product, and its input gradient's product
-and fold, run image by image. The same code per image, so results are bit for bit those of the kernels run one
-after the other, at every thread count (also where a buffer between them is one image's worth, reused), and the
-NumPy backend's within rounding; neighbours that read another image's columns are not chained."""
+"""Chains (backends/llvm/chains.py): a convolution's unfold and product, and its input gradient's product and fold,
+run image by image; a product's epilogue (the loop kernel after it) runs on each thread's rows of it. The same
+code per piece, so results are bit for bit those of the kernels run one after the other, at every thread count
+(also where a buffer between them is one image's worth, reused), and the NumPy backend's within rounding;
+neighbours that read another image's columns, or other rows of the product, are not chained."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ def chained_kinds(ex, reused_only: bool = False) -> set[tuple[str, str]]:
             if not reused_only or chains.reused_per_image(ex.program, kernels[p], kernels[c])}
 
 
+def assert_bits_and_numpy(results, apart, step, args) -> None:
+    """Each thread count's results bit for bit `apart` (the kernels run one after the other), and the NumPy
+    backend's within rounding."""
+    for got in results:
+        for a, b in zip(got, apart):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(results[0], flat(gr.compile(step, backend="numpy")(*args))):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
+
+
 def test_a_chained_convolution_step_is_bit_for_bit_the_unchained_one(split_everything, monkeypatch):
     args = (RNG.standard_normal((6, 4, 3, 3)), RNG.standard_normal((6, 6, 3, 3)), RNG.standard_normal((8, 4, 10, 10)))
     step = gr.value_and_grad(two_convolutions, argnums=(0, 1, 2))
@@ -46,13 +57,10 @@ def test_a_chained_convolution_step_is_bit_for_bit_the_unchained_one(split_every
     assert (MATMUL, "fold") in chained_kinds(ex, reused_only=True)
     assert "* the buffer between them is one image's worth" in ex.sharing
     monkeypatch.setattr(codegen, "image_chains", lambda program, kernels: {})
+    monkeypatch.setattr(chains, "PRODUCT_EPILOGUES", False)
     unchained, plain = at_thread_counts(step, *args, counts=(1,))
     assert not plain.chains
-    for got in results:
-        for a, b in zip(got, unchained[0]):
-            np.testing.assert_array_equal(a, b)
-    for a, b in zip(results[0], flat(gr.compile(step, backend="numpy")(*args))):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
+    assert_bits_and_numpy(results, unchained[0], step, args)
 
 
 def test_a_convolutions_columns_are_made_again_for_its_weight_gradient(split_everything, monkeypatch):
@@ -110,6 +118,56 @@ def test_a_product_reading_other_images_columns_is_not_chained(split_everything)
     step = gr.value_and_grad(f, argnums=(0, 1))
     results, ex = at_thread_counts(step, *args)
     kinds = [k.kind for k in ex.program.kernels]
-    assert WINDOW in kinds and MATMUL in kinds and not ex.chains
+    assert WINDOW in kinds and MATMUL in kinds and ("unfold", MATMUL) not in chained_kinds(ex)
     for a, b in zip(results[1], flat(gr.compile(step, backend="numpy")(*args))):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))
+
+
+def mlp_block(w1, b1, w2, x):
+    """A linear layer, GELU, a second linear layer with a residual add, then LayerNorm: each product is followed
+    by a kernel reading it element for element (the GELU; the residual add and LayerNorm's rows)."""
+    h = gr.nn.gelu(x @ w1 + b1)
+    return gr.sum(gr.nn.layer_norm(h @ w2 + x, gr.ones(x.shape[-1]), gr.zeros(x.shape[-1])) ** 2)
+
+
+def attention(q, k, v):
+    """Batched products over (batch, heads), the first followed by a softmax over each row of scores."""
+    return gr.sum((gr.nn.softmax(q @ gr.swapaxes(k, -1, -2), axis=-1) @ v) ** 2)
+
+
+@pytest.mark.parametrize("f,shapes", [(mlp_block, [(12, 20), (20,), (20, 12), (24, 12)]),
+                                      (attention, [(3, 2, 10, 8), (3, 2, 10, 8), (3, 2, 10, 8)])])
+def test_product_epilogues_run_on_each_threads_rows_bit_for_bit(split_everything, monkeypatch, f, shapes):
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s) for s in shapes]
+    step = gr.value_and_grad(f, argnums=tuple(range(len(args))))
+    results, ex = at_thread_counts(step, *args)
+    assert (MATMUL, "loop") in chained_kinds(ex) and "products with their epilogues" in ex.sharing
+    monkeypatch.setattr(chains, "PRODUCT_EPILOGUES", False)
+    apart, plain = at_thread_counts(step, *args, counts=(2,))
+    assert (MATMUL, "loop") not in chained_kinds(plain)
+    assert_bits_and_numpy(results, apart[0], step, args)
+
+
+def transposed_read(a, b):
+    c = a @ b
+    return gr.sum((gr.tanh(c) + gr.transpose(c)) ** 2)
+
+
+def grouped(a, b):
+    return gr.sum((gr.relu(a @ b) @ gr.swapaxes(b, -1, -2)) ** 2)
+
+
+@pytest.mark.parametrize("f,shapes", [(transposed_read, [(16, 9), (9, 16)]), (grouped, [(1, 2, 16, 36), (1, 2, 36, 64)])])
+def test_a_kernel_reading_other_rows_of_a_thread_is_not_its_epilogue(split_everything, f, shapes):
+    """tanh(C) + C^T reads row j of C for row i of its output; a grouped convolution's product (batch (1, 2))
+    splits its rows within each group, so a thread's rows are not one run of C: both wait for every thread."""
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal(s) for s in shapes]
+    step = gr.value_and_grad(f, argnums=(0, 1))
+    results, ex = at_thread_counts(step, *args)
+    product = next(k for k in ex.program.kernels if k.kind == MATMUL and k.nodes[0].inputs[0].shape == shapes[0])
+    assert product.index not in ex.chains
+    for got in results:
+        for a, b in zip(got, flat(gr.compile(step, backend="numpy")(*args))):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, float(np.abs(b).max())))

@@ -305,14 +305,17 @@ class LLVMCompiled:
         for f, names in sorted(runs.items()):
             shown = ", ".join(names[:6]) + (f", ... ({len(names)} kernels)" if len(names) > 6 else "")
             lines.append(f"  @{self.functions[f]} runs {shown}")
-        if self.chains:
-            names = self.program.kernels
-            reused = self._builder.reused
-            pairs = ", ".join(f"{names[p].name}+{names[c].name}{'*' if p in reused else ''}"
-                              for p, (c, _) in self.chains.items())
+        names, reused, scales = self.program.kernels, self._builder.reused, self._builder.scales
+        images = [(p, c) for p, (c, _) in self.chains.items() if p not in scales]
+        if images:
+            pairs = ", ".join(f"{names[p].name}+{names[c].name}{'*' if p in reused else ''}" for p, c in images)
             lines.append(f"image by image (each image's columns still in cache for the second kernel): {pairs}")
             if reused:
                 lines.append("  * the buffer between them is one image's worth per thread, used image after image")
+        if scales:
+            pairs = ", ".join(f"{names[p].name}+{names[self.chains[p][0]].name}" for p in scales)
+            lines.append(f"products with their epilogues (each thread's rows of the product, then the next kernel on "
+                         f"them): {pairs}")
         return "\n".join(lines)
 
     @property

@@ -1,5 +1,6 @@
-"""Image chains: two neighbouring kernels that threads share by image run image by image.
+"""Chains: two neighbouring kernels that threads share run piece by piece, the second right after the first.
 
+**Image chains.**
 A convolution is an unfold (im2col) and a product reading its columns; its input gradient is a product and a
 fold (col2im) of the result. Run one after the other, the first kernel writes every image's columns (18 MB
 for a 16-channel 3x3 convolution of 32 images of 32x32) before the second reads the first image's back from
@@ -8,6 +9,11 @@ them, from L2. The arithmetic is the same (both kernels' code runs unchanged on 
 time), so results do not change; `image_chains` says which neighbours may run so, codegen builds the chains.
 Where nothing else touches the buffer between them, each thread's piece of images writes and reads its first
 image's part of it over and over (`reused_per_image`): the columns never go to memory.
+
+**Product epilogues.** A loop kernel right after a product that reads the product only element for element (an
+activation, a residual add and the next LayerNorm) runs as the product's epilogue: each thread applies it to
+its own piece of the product's rows (or images) right after computing them, while they are in its core's cache,
+instead of after every thread's product, on pieces another core may have computed (`product_epilogues`).
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ import numpy as np
 
 from gradir.core.ir import Value
 from gradir.passes.aliasing import c_strides
-from gradir.passes.fusion import MATMUL, WINDOW, FusedProgram, Kernel
+from gradir.passes.fusion import LOOP, MATMUL, PLACEMENTS, WINDOW, FusedProgram, Kernel
 
+from ..loops import LoopPlan, buffer_reads, mapped
 from ..sharing import kernel_params
 from .kernels import batch_strides, gemm_operands, split_of
+
+PRODUCT_EPILOGUES = True  # (off: the epilogue kernels run on their own, for A/B runs)
 
 
 def image_chains(program: FusedProgram, kernels: list[Kernel]) -> dict[int, tuple[int, bool]]:
@@ -67,6 +76,53 @@ def chainable(program: FusedProgram, p: Kernel, c: Kernel) -> bool:
     # (c's image i must not overwrite what p reads for image i + 1: the memory planner keeps p's operands alive
     # through the kernel after p, so a neighbour's output is never placed on them)
     return not any(overlap(program, writes[0], o) for o, *_ in reads_per_image(program, p))
+
+
+def product_epilogues(program: FusedProgram, kernels: list[Kernel], taken: set[int]) -> dict[int, tuple[int, int]]:
+    """Product kernel index -> (the index of the loop kernel after it that runs as its epilogue, the iterations of
+    that kernel's split loop per unit of the product's split: a row of C, or an image), for neighbours not in
+    `taken` (image chains; the pairs found are added to it); none with PRODUCT_EPILOGUES off."""
+    out = {}
+    for p, c in zip(kernels, kernels[1:]) if PRODUCT_EPILOGUES else ():
+        if p.kind == MATMUL and c.kind == LOOP and p.index not in taken and c.index not in taken:
+            scale = epilogue_scale(program, p, c)
+            if scale is not None:
+                out[p.index] = (c.index, scale)
+                taken.update((p.index, c.index))
+    return out
+
+
+def epilogue_scale(program: FusedProgram, p: Kernel, c: Kernel) -> int | None:
+    """The iterations of loop kernel c's split loop per unit of product p's split, when c may run on each of p's
+    pieces right after it (see the module docstring), else None: both are split, c's outermost loop walks C's
+    elements in order a whole number of units at a time, c reads C only at the element it computes, gathers and
+    places nothing, accumulates nothing into memory, and writes nothing p reads or writes."""
+    sp, sc = split_of(program, p), split_of(program, c)
+    if sp is None or sc is None or sc.where != 0 or p.transposed is not None or c.accumulated or \
+            any(n.op == "take" or n.op in PLACEMENTS for n in c.nodes):
+        return None
+    out = p.epilogue if p.epilogue is not None else p.nodes[0]
+    C = program.access[out]
+    r = len(c.domain)
+    identity = c_strides(c.domain, 1)
+    if tuple(C.strides) != c_strides(out.shape, 1) or out.size != math.prod(c.domain) or \
+            sp.where == "m" and out.size != sp.size * p.nodes[0].shape[-1]:  # (rows split within each batch element)
+        return None
+    axes = LoopPlan.nest(program, c).loops[0].axes
+    inner = math.prod(c.domain[axes[-1] + 1:])
+    if axes != tuple(d for d in range(axes[-1] + 1) if c.domain[d] != 1) or (out.size // sp.size) % inner:
+        return None
+    for n in c.nodes:
+        for u, want in buffer_reads(program, c, n):
+            acc = program.access[u]
+            at_identity = acc.owner is C.owner and acc.offset == C.offset and all(
+                s == i or size == 1 for s, i, size in zip(mapped(acc.strides, want, r), identity, c.domain))
+            if overlap(program, acc.owner, C.owner) and not at_identity:
+                return None
+    touched = [program.access[v].owner for v in p.inputs] + [C.owner]
+    if any(overlap(program, program.access[v].owner, o) for v in c.outputs for o in touched):
+        return None
+    return out.size // sp.size // inner
 
 
 def commute(program: FusedProgram, m: Kernel, x: Kernel) -> bool:
@@ -145,4 +201,4 @@ def overlap(program: FusedProgram, a: Value, b: Value) -> bool:
     return at is not None and bt is not None and at < bt + b.nbytes and bt < at + a.nbytes
 
 
-__all__ = ["image_chains", "reused_per_image"]
+__all__ = ["image_chains", "product_epilogues", "reused_per_image"]

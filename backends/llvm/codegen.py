@@ -29,7 +29,7 @@ from .. import loops
 from ..loops import lowering
 from ..sharing import kernel_key, kernel_params, share
 from . import chains, emitter, gemm, index_kernels, kernels, mathlib
-from .chains import image_chains, reused_per_image
+from .chains import image_chains, product_epilogues, reused_per_image
 from .emitter import I8, I32, I64, PTR, counted
 from .index_kernels import ScanKernel, ScatterKernel, WindowKernel
 from .kernels import LoopKernel, MatmulKernel, split_of
@@ -70,11 +70,13 @@ class ModuleBuilder:
         self.function_of: dict[int, int] = {}  # kernel index -> the number of the function that runs it
         self.functions: list[Kernel] = []      # per function, the kernel it was emitted from
         self.params: dict[int, list[Value]] = {}  # kernel index -> its buffers (kernel_params)
-        self.chains: dict[int, tuple] = {}     # kernel index -> (the kernel it runs image by image with, whether
-        # a kernel between them runs first): chains.py
-        self.chain_function: dict[tuple, int] = {}  # (function, function, its reuse) -> the number of their chain
+        self.chains: dict[int, tuple] = {}     # kernel index -> (the kernel it runs piece by piece with, whether
+        # a kernel between them runs first): chains.py's image chains and product epilogues
+        self.scales: dict[int, int] = {}  # a product's index -> its epilogue's iterations per unit of its split
+        self.chain_function: dict[tuple, int] = {}  # (function, function, reuse, scale) -> the number of their chain
         self.chain_of: dict[int, int] = {}  # chained first kernel's index -> the number of the chain's function
-        self.chained: list[tuple] = []  # per chain function: (its first kernel's function, its second's, reuse)
+        self.chained: list[tuple] = []  # per chain function: (its first kernel's function, its second's, reuse,
+        # scale: None for an image chain)
         self.reused: set[int] = set()  # chained first kernels whose buffer to the second is one image's worth
         self.entries: list[tuple[str, int]] = []  # per function number: its name and number of buffers
 
@@ -97,14 +99,18 @@ class ModuleBuilder:
         self.function_of, self.functions = share(kernels, self.program, self.params)
         self.entries = [(k.name, len(self.kernel_params(k))) for k in self.functions]
         self.chains = image_chains(self.program, kernels) if self.parallel else {}
+        if self.parallel:
+            epilogues = product_epilogues(self.program, kernels, {i for p, (c, _) in self.chains.items() for i in (p, c)})
+            self.chains.update({p: (c, True) for p, (c, _) in epilogues.items()})
+            self.scales = {p: scale for p, (_, scale) in epilogues.items()}
         by_index = {k.index: k for k in kernels}
         for p, (c, _) in self.chains.items():
-            reuse = reused_per_image(self.program, by_index[p], by_index[c])
-            key = (self.function_of[p], self.function_of[c], reuse)
+            reuse = reused_per_image(self.program, by_index[p], by_index[c]) if p not in self.scales else None
+            key = (self.function_of[p], self.function_of[c], reuse, self.scales.get(p))
             if key not in self.chain_function:
                 self.chain_function[key] = len(self.entries)
                 first, second = self.functions[key[0]], self.functions[key[1]]
-                self.entries.append((self.chain_name(first, second, reuse),
+                self.entries.append((self.chain_name(first, second, reuse, key[3]),
                                      len(self.kernel_params(first)) + len(self.kernel_params(second))))
                 self.chained.append(key)
             self.chain_of[p] = self.chain_function[key]
@@ -115,8 +121,8 @@ class ModuleBuilder:
         """The module `plan` planned: the kernels' functions, the chains' and the driver."""
         for k in self.functions:
             self.kernel_function(k)
-        for first, second, reuse in self.chained:
-            self.chain(self.functions[first], self.functions[second], reuse)
+        for first, second, reuse, scale in self.chained:
+            self.chain(self.functions[first], self.functions[second], reuse, scale)
         self.driver()
         return self.module
 
@@ -177,23 +183,40 @@ class ModuleBuilder:
         return fn
 
     @staticmethod
-    def chain_name(first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None) -> str:
-        return f"{first.name}+{second.name}" + ("" if reuse is None else f"+reused{'_'.join(map(str, reuse))}")
+    def chain_name(first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None, scale: int | None) -> str:
+        return f"{first.name}+{second.name}" + ("" if reuse is None else f"+reused{'_'.join(map(str, reuse))}") + \
+            ("" if scale is None else f"+epilogue{scale}")
 
-    def chain(self, first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None) -> None:
-        """The function running (the functions of) two chained kernels image by image (chains.py): its body
-        calls each kernel's body on one image at a time; threads share images as they share either kernel's.
+    def chain(self, first: Kernel, second: Kernel, reuse: tuple[int, int, int] | None, scale: int | None) -> None:
+        """The function running (the functions of) two chained kernels (chains.py). An image chain's body calls
+        each kernel's body on one image at a time; threads share images as they share either kernel's.
         `reuse` (chains.reused_per_image): the buffer between them, given to both kernels shifted back so each
-        image of a thread's piece is written and read where the piece's first image is."""
-        name = self.chain_name(first, second, reuse)
+        image of a thread's piece is written and read where the piece's first image is. A product epilogue's
+        body (`scale`: the epilogue's iterations per unit of the product's split) calls the product's body on a
+        thread's piece, then the epilogue's on the same elements."""
+        name = self.chain_name(first, second, reuse, scale)
         params = len(self.kernel_params(first)) + len(self.kernel_params(second))
         # (no noalias: the second kernel reads what the first writes)
         fn, body = (self._function(f, params, extra, noalias=False) for f, extra in ((name, 1), (f"{name}.body", 2)))
         b = ir.IRBuilder(body.append_basic_block("entry"))
         cut = len(self.kernel_params(first))
-        lo, hi = body.args[-2:]
         status = b.alloca(I32)
         b.store(ir.Constant(I32, 0), status)
+        if scale is not None:  # (a product never fails: the status is the epilogue's)
+            lo, hi = body.args[-2:]
+            b.call(self.module.get_global(f"{first.name}.body"), list(body.args[:cut]) + [lo, hi])
+            s = ir.Constant(I64, scale)
+            b.store(b.call(self.module.get_global(f"{second.name}.body"), list(body.args[cut:params]) +
+                           [b.mul(lo, s), b.mul(hi, s)]), status)
+        else:
+            self.per_image(b, first, second, body, cut, params, reuse, status)
+        b.ret(b.load(status, typ=I32))
+        self._parallel_call(ir.IRBuilder(fn.append_basic_block("entry")), fn, body, split_of(self.program, first),
+                            params)
+
+    def per_image(self, b, first: Kernel, second: Kernel, body: ir.Function, cut: int, params: int,
+                  reuse: tuple[int, int, int] | None, status) -> None:
+        lo, hi = body.args[-2:]
         with counted(b, lo, hi, name="image") as i:
             j = b.add(i, ir.Constant(I64, 1))
             back = None if reuse is None else b.mul(b.sub(i, lo), ir.Constant(I64, -reuse[2]))
@@ -204,9 +227,6 @@ class ModuleBuilder:
                 got = b.call(self.module.get_global(f"{k.name}.body"), args + [i, j])
                 old = b.load(status, typ=I32)
                 b.store(b.select(b.icmp_signed("!=", old, ir.Constant(I32, 0)), old, got), status)
-        b.ret(b.load(status, typ=I32))
-        self._parallel_call(ir.IRBuilder(fn.append_basic_block("entry")), fn, body, split_of(self.program, first),
-                            params)
 
     def _parallel_call(self, b: ir.IRBuilder, fn: ir.Function, body: ir.Function, split, nparams: int) -> None:
         """Finish `fn` (its builder `b` after the prologue): with more than one thread, the buffers go in a
