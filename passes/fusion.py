@@ -466,8 +466,7 @@ class _Fuser:
         else:
             axes, keepdims = n.attrs["axes"], n.attrs["keepdims"]
         reduced = sorted(axes)
-        total = self.accumulate_totals and n.op == "sum" and n.dtype in (dtypes.float32, dtypes.float64) \
-            and len(reduced) == r
+        total = self.accumulate_totals and n.op == "sum" and len(reduced) == r and n.dtype in (dtypes.float32, dtypes.float64)
         if reduced and reduced == list(range(reduced[0], r)) and k.outer in (None, reduced[0]) and not total:
             k.outer = reduced[0]
         else:
@@ -568,8 +567,8 @@ def fuse(graph: Graph, order: list[Value] | None = None, renders: frozenset[str]
     `renders` is the table of ops the backend renders (each compiled backend declares its `RENDERS`): a node
     whose op is not in it gets a NumPy fallback kernel of its own, and the listing says so. None: every op
     fusion can place (the elementwise primitives and KERNEL_OPS), the kernels as no backend limits them.
-    `accumulate_totals`: a float32/float64 sum over every axis accumulates into memory instead of making the
-    whole domain one row (a GPU's row is one program: a loss's mean over 25M elements would run on one core)."""
+    `accumulate_totals`: a float32/float64 sum over every axis accumulates into memory, not as one row (a GPU's
+    row is one program)."""
     fuser = _Fuser(graph, order, renders, accumulate_totals)
     kernels = _folds_after_their_products(fuser.run(), fuser.kernel_of)
     kernel_of, access = fuser.kernel_of, fuser.access
