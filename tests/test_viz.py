@@ -464,9 +464,10 @@ def parse_page(path) -> Page:
 
 
 def assert_self_contained(page: Page, raw: str, folder=None):
-    """Nothing is fetched: no scripts, frames, images or styles from elsewhere; links go to anchors
-    in the page or (with `folder`) to files written beside it, opened only when clicked."""
-    assert page.tags["script"] == 0 and page.tags["link"] == 0 and page.tags["iframe"] == 0 and page.tags["img"] == 0
+    """Nothing is fetched: no scripts, frames, images or styles from elsewhere (the schedule player's script is
+    inline, no `src`); links go to anchors in the page or (with `folder`) to files written beside it, opened only
+    when clicked."""
+    assert page.tags["link"] == 0 and page.tags["iframe"] == 0 and page.tags["img"] == 0
     for tag, k, v in page.attrs:
         if k in ("href", "src", "xlink:href", "action", "data"):
             beside = folder is not None and tag == "a" and k == "href" and "/" not in v and (folder / v).is_file()
@@ -627,3 +628,30 @@ def test_tradeoff_curve_plots_heuristics_and_the_optimal_steps(tmp_path):
     text = path.read_text()
     ET.fromstring(text)
     assert "uniform-2" in text and "none" in text and "optimal (MILP)" in text
+
+
+def test_the_player_plays_at_most_max_steps_and_says_so(monkeypatch):
+    # (every step's figures in a real browser: tests/test_viz_player.py)
+    from gradir.passes.report import value_names
+    from gradir.viz import player
+
+    gt = gr.trace_grad(blocks_model, *blocks_args(), argnums=1)
+    monkeypatch.setattr(player, "MAX_STEPS", 3)
+    page = player.player_html(gt)
+    data = json.loads(re.search(r'<script type="application/json" id="player-data">(.*?)</script>', page).group(1))
+    name = value_names(gt.backward)
+    assert data["fields"][0] == "node" and len(data["fields"]) == len(data["steps"][0])
+    assert [data["strings"][s[0]] for s in data["steps"]] == [name[s.node] for s in gt.schedule.steps[:3]]
+    assert data["total_steps"] == len(gt.schedule.steps) > 3
+    assert f"first 3 of {len(gt.schedule.steps)} steps" in page
+
+
+def test_gradient_nodes_are_named_after_their_inputs():
+    gt = gr.trace_grad(tanh_loss, 1.5, -2.0, argnums=(0, 1))
+    names = [x.attrs.get("name") for x in gt.graph.inputs]
+    assert gt.gradient_names == [f"d {n}" for n in names]
+    backward = viz.graph_diagram(gt.backward, schedule=gt.schedule, output_names=gt.gradient_names).source
+    joint = viz.joint_diagram(gt).source
+    for src in (backward, joint):  # (the joint's forward side keeps "output 0", the loss)
+        assert all(f"|d {n}" in src for n in names) and "gradient 0" not in src
+    assert "output 0" not in backward

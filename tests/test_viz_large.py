@@ -159,7 +159,8 @@ def fake_plan(live: list[int], backward_from: int):
     peak = int(np.argmax(live))
     return SimpleNamespace(live_bytes=live, peak_step=peak, peak_bytes=live[peak], lower_bound_bytes=max(live),
                            phases=["forward"] * backward_from + ["backward"] * (len(live) - backward_from),
-                           buffers=[], order=list(range(len(live))))
+                           buffers=[], order=list(range(len(live))),
+                           where=lambda t: f"backward step {t - backward_from}" if t >= backward_from else f"forward step {t}")
 
 
 @pytest.mark.parametrize("live,start", [

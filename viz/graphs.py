@@ -265,13 +265,14 @@ def _legend(dg: graphviz.Digraph, kinds: set[str], schedule: bool = False):
 
 
 def graph_diagram(graph: Graph, *, schedule=None, title: str | None = None, legend: bool = True,
-                  saved_from: int | None = None) -> graphviz.Digraph:
+                  saved_from: int | None = None, output_names: list[str] | None = None) -> graphviz.Digraph:
     """A diagram of `graph`: one node per value (op, shape, dtype; the IR and source line as tooltip),
     one edge per operand use, scopes as clusters. With a `schedule` (passes.schedule.Schedule of
     this graph), each scheduled node shows its step and initial dependency count. `saved_from`:
-    outputs from this position on are residuals (a partitioned forward program's saved values)."""
+    outputs from this position on are residuals (a partitioned forward program's saved values).
+    `output_names`: what each output is (a backward program's gradients: `d w1`, ...)."""
     dg = _new_digraph(graph.name, title or f"graph {graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes")
-    saved, role = set(), None
+    saved, role = set(), (output_names.__getitem__ if output_names else None)
     if saved_from is not None:
         saved = set(graph.outputs[saved_from:]) - set(graph.outputs[:saved_from])
         role = lambda i: f"output {i}" if i < saved_from else f"saved #{i - saved_from}"

@@ -56,8 +56,9 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
             bids = _add_overview(c, bwd, "bg", reader_group(bwd, nres), upward=True, edge_labels=False,
                                  max_boxes=max_boxes or MAX_BOXES)
         else:
+            names = grad_trace.gradient_names  # `d w1`, or by position where outputs are not one per input
             bids, kb = _add_graph(c, bwd, "b", grad_trace.schedule if schedule else None,
-                                  output_role=lambda i: f"gradient {i}")
+                                  output_role=names.__getitem__ if names else lambda i: f"gradient {i}")
             kinds |= kb
     pairs = list(zip(kept, bwd.inputs[:nres]))
     nbytes = [e.bytes for e in entries] if len(entries) == len(pairs) else [fv.nbytes for fv, _ in pairs]

@@ -108,7 +108,8 @@ def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0, buckets=None):
         ax_live.plot([plan.peak_step], [plan.peak_bytes], "v", color="#dc2626", ms=8, zorder=5)
         at = plan.peak_step / max(len(steps) - 1, 1)  # near an edge, the label extends inwards only
         ha, dx = ("left", 2) if at < 0.25 else ("right", -2) if at > 0.75 else ("center", 0)
-        ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} (step {plan.peak_step:,})", (plan.peak_step, plan.peak_bytes),
+        where = plan.where(plan.peak_step)  # "backward step 18": the step as the printed plans number it
+        ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} ({where})", (plan.peak_step, plan.peak_bytes),
                          xytext=(dx, 8), textcoords="offset points", ha=ha, fontsize=8, color="#dc2626", gid=f"peak{panel}")
     ax_live.set_title(f"{name}: peak {human_bytes(plan.peak_bytes)}, lower bound {human_bytes(plan.lower_bound_bytes)}",
                       fontsize=9)
@@ -127,7 +128,7 @@ def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0, buckets=None):
     more = f", {len(spans) - len(shown)} more not drawn" if len(spans) > len(shown) else ""
     ax_spans.set_title(f"saved for backward: {len(spans)} buffers, {human_bytes(sum(b.nbytes for b in spans))}{more}",
                        fontsize=8)
-    ax_spans.set_xlabel("step (forward, then backward)")
+    ax_spans.set_xlabel("step: forward, then backward (from 0 at the dashed line)" if start is not None else "step")
     ax_spans.set_xlim(-0.5, max(len(steps), 1) - 0.5)
 
 

@@ -12,10 +12,11 @@
     loss.memory.svg            live bytes per step: engine vs memory policy (and no remat vs the
                                trace's recompute plan, if it has one)
     loss.forward.ir, ...       (programs over IR_LINES lines) the whole IR text
-    loss.html                  the report: diagrams inline (no scripts, no network) up to
-                               INLINE_BYTES of SVG, further region diagrams linked; the IR and the
-                               schedule, saved-tensor, memory and recompute tables, long ones shown
-                               by their first and last rows with a line saying what is left out
+    loss.html                  the report: diagrams inline (nothing fetched) up to INLINE_BYTES of
+                               SVG, further region diagrams linked; the schedule player (player.py,
+                               the page's one script); the IR and the schedule, saved-tensor, memory
+                               and recompute tables, long ones shown by their first and last rows
+                               with a line saying what is left out
     loss.manifest.json         the files this run wrote (gradir.util.outfolder: a rerun replaces them)
 
 A diagram `dot` cannot draw within `graphs.dot_timeout()` seconds is replaced by a smaller,
@@ -39,7 +40,7 @@ from gradir.passes import partition
 from gradir.passes.report import human_bytes
 from gradir.passes.text_table import shown
 from gradir.util.outfolder import OutputFolder
-from gradir.viz import graphs, joint, plots, regions
+from gradir.viz import graphs, joint, player, plots, regions
 
 Progress = Callable[[str, int, int], None]  # (what is being done, steps done, steps in all)
 
@@ -250,12 +251,12 @@ class Drawn:
     replaced: str = ""  # why the smaller diagram was drawn instead of the figure's own
 
 
-def _program_figures(side: str, graph, sched, kernels) -> list[Figure]:
+def _program_figures(side: str, graph, sched, kernels, output_names=None) -> list[Figure]:
     info = regions.Info(graph, sched)
     if not regions.is_large(graph):
         steps = " (schedule step · initial dependency count)" if sched else ""
         out = [Figure(side, f"{side} program{steps}", graphs.graph_diagram(
-            graph, schedule=sched, saved_from=None if sched else graph.num_forward_outputs),
+            graph, schedule=sched, saved_from=None if sched else graph.num_forward_outputs, output_names=output_names),
             lambda: regions.collapsed_diagram(graph, schedule=sched, max_boxes=SMALLER_BOXES))]
         return out + [Figure(f"{side}.kernels", f"{side} program as the {len(kernels.kernels)} fused kernels the "
                              "LLVM backend runs", graphs.kernel_diagram(kernels))]
@@ -280,9 +281,9 @@ def _diagrams(grad_trace) -> list[Figure]:
     """Everything drawn: per program a detailed diagram (and its kernels), or for a large one its
     overview and one diagram per region; then the joint diagram."""
     out = []
-    for side, graph, sched in (("forward", grad_trace.forward, None),
-                               ("backward", grad_trace.backward, grad_trace.schedule)):
-        out += _program_figures(side, graph, sched, None if regions.is_large(graph) else grad_trace.kernels[side])
+    for side, graph, sched, names in (("forward", grad_trace.forward, None, None),
+                                      ("backward", grad_trace.backward, grad_trace.schedule, grad_trace.gradient_names)):
+        out += _program_figures(side, graph, sched, None if regions.is_large(graph) else grad_trace.kernels[side], names)
     out.append(Figure("joint", f"forward and backward: {grad_trace.saved.count} saved tensors as the orange edges",
                       joint.joint_diagram(grad_trace),
                       lambda: joint.joint_diagram(grad_trace, collapse=True, max_boxes=SMALLER_BOXES)))
@@ -462,10 +463,17 @@ def report_body(gt, figures: list[str], plot_svg: str | None, plans: dict, notes
                      "Every diagram's <code>.dot</code> source is written beside this report; render one with "
                      "<code>dot -Tsvg FILE.dot -o FILE.svg</code> (Graphviz: <code>apt-get install graphviz</code>)."
                      "</div>")
-    parts.append('<nav><a href="#diagrams">diagrams</a><a href="#memory">memory</a><a href="#ir">IR</a>'
-                 '<a href="#schedule">schedule</a><a href="#saved">saved tensors</a></nav>')
+    parts.append('<nav><a href="#diagrams">diagrams</a><a href="#player">step through the backward</a>'
+                 '<a href="#memory">memory</a><a href="#ir">IR</a><a href="#schedule">schedule</a>'
+                 '<a href="#saved">saved tensors</a></nav>')
     parts.append('<h2 id="diagrams">Diagrams</h2>')
-    parts += figures
+    steps = '<h3 id="player-section">Step through the backward</h3>' + player.player_html(gt)
+    for f in figures:  # the player right under the backward diagram it highlights in
+        parts.append(f)
+        if f.startswith('<figure id="fig-backward">'):
+            parts.append(steps)
+    if steps not in parts:
+        parts.append(steps)
     parts.append('<h2 id="memory">Memory</h2>')
     if plot_svg:
         parts.append(f'<figure id="fig-memory"><div class="plot">{inline_svg(plot_svg, "memory-")}</div>'
@@ -482,9 +490,9 @@ def report_body(gt, figures: list[str], plot_svg: str | None, plans: dict, notes
 
 def report_html(gt, name: str, figures: list[str], plot_svg: str | None, plans: dict, notes: list[str] = (),
                 ir: dict[str, str] | None = None) -> str:
-    """The whole HTML document: inline CSS and SVG, no scripts, nothing fetched (links to the
+    """The whole HTML document: inline CSS, SVG and the player's script, nothing fetched (links to the
     region diagrams and IR files beside it are followed only when clicked)."""
     title = f"gradir report: {name}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
+            f"<title>{html.escape(title)}</title><style>{CSS}{player.CSS}</style></head><body>"
             f"<h1>{html.escape(title)}</h1>\n{report_body(gt, figures, plot_svg, plans, notes, ir)}\n</body></html>\n")

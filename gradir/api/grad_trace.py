@@ -79,14 +79,18 @@ class GradTrace:
         """The saved-tensor report: every residual, who made it, who reads it and why."""
         return saved_tensors(self.partition, self.schedule.order, wrt=self.wrt)
 
+    @functools.cached_property
+    def gradient_names(self) -> list[str] | None:
+        """The backward program's outputs as the gradients they are, `d w1` for input `w1` (None where the
+        outputs are not one gradient per differentiated input)."""
+        wrt = self.wrt if self.wrt is not None else range(len(self.graph.inputs))
+        names = [f"d {self.graph.inputs[i].attrs.get('name') or f'input {i}'}" for i in wrt]
+        return names if len(names) == len(self.backward.outputs) else None
+
     def buckets(self, bucket_bytes: int):
         """Data-parallel gradient buckets of at most `bucket_bytes`, in the order this backward's schedule makes
         the gradients final, each with the step its all-reduce can start at (gradir.passes.buckets)."""
-        wrt = self.wrt if self.wrt is not None else range(len(self.graph.inputs))
-        names = [f"d {self.graph.inputs[i].attrs.get('name')}" for i in wrt]
-        if len(names) != len(self.backward.outputs):
-            names = None
-        return plan_buckets(self.backward, None, bucket_bytes, order=self.schedule.order, names=names)
+        return plan_buckets(self.backward, None, bucket_bytes, order=self.schedule.order, names=self.gradient_names)
 
     def _flat_args(self, args, op: str) -> list:
         """The arguments as the arrays the programs take: same structure, shapes and dtypes as the trace
