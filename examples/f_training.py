@@ -364,7 +364,8 @@ def train_xor(where: pathlib.Path, seed: int = 0, steps: int = 2000) -> dict:
     p0, opt = xor_init(seed), gr.optim.adam(lr=0.05)
     batch = lambda k: (XOR_X, XOR_Y)  # noqa: E731 - full batch: every step sees the four examples
     ck = where / "xor_adam.npz"
-    first = gr.train(xor_loss, p0, opt, batch, steps=steps // 2, checkpoint=ck, progress=False)
+    # (resume=False: a fresh run, whatever a run before left in `where`; the second call resumes this one)
+    first = gr.train(xor_loss, p0, opt, batch, steps=steps // 2, checkpoint=ck, resume=False, progress=False)
     resumed = gr.train(xor_loss, p0, opt, batch, steps=steps, checkpoint=ck, resume=True, progress=False,
                        plot=where / "xor_adam_loss.svg")
     straight = gr.train(xor_loss, p0, opt, batch, steps=steps, progress=False)
