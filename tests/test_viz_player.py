@@ -119,3 +119,27 @@ def test_the_player_steps_through_the_printed_schedule(browser, tmp_path, case):
         check_step(browser, gt, peak)
         assert shown(player)["live"].endswith("(the peak)")
     assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+
+
+def test_two_reports_on_one_page_keep_their_own_players(browser, tmp_path):
+    """A notebook page holds several reports (viz.html_of, what a GradTrace displays): each player steps its own
+    steps and outlines nodes in its own backward diagram."""
+    a = gr.trace_grad(scalar, np.array([1.5, 0.5]), np.array([-2.0, 1.0]), argnums=(0, 1))
+    b = gr.trace_grad(blocks_model, *blocks_args(), argnums=1)
+    page = tmp_path / "notebook.html"
+    page.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{viz.html_of(a)}{viz.html_of(b)}"
+                    "</body></html>")
+    browser.get(page.resolve().as_uri())
+    first, second = browser.find_elements(By.CLASS_NAME, "player")
+    second.find_element(By.CLASS_NAME, "next").click()
+    second.find_element(By.CLASS_NAME, "next").click()
+    assert first.find_element(By.CLASS_NAME, "now").text.startswith("backward step 0 ")
+    assert second.find_element(By.CLASS_NAME, "now").text.startswith(expected(b, 2)["now"])
+    reports = browser.find_elements(By.CLASS_NAME, "gradir-report")
+    running = [[t.get_attribute("textContent").strip() for t in r.find_elements(By.CSS_SELECTOR, "g.node.running title")]
+               for r in reports]
+    assert running == [[expected(a, 0)["node id"]], [expected(b, 2)["node id"]]]
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys(Keys.ARROW_RIGHT)  # the keys go to the player used last
+    assert second.find_element(By.CLASS_NAME, "now").text.startswith(expected(b, 3)["now"])
+    assert first.find_element(By.CLASS_NAME, "now").text.startswith("backward step 0 ")

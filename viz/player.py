@@ -36,12 +36,14 @@ CSS = """
 
 SCRIPT = """
 (function () {
-  const data = JSON.parse(document.getElementById("player-data").textContent);
-  const root = document.getElementById("player");
+  // this player's own elements: a notebook page may hold several reports
+  const root = document.currentScript ? document.currentScript.closest(".player") : document.getElementById("player");
+  const scope = root.closest(".gradir-report") || document;
   const $ = (sel) => root.querySelector(sel);
+  const data = JSON.parse($("script[type='application/json']").textContent);
   const slider = $("input[type=range]");
   const nodes = {};  // diagram node id -> its <g>
-  document.querySelectorAll("#fig-backward g.node").forEach((g) => {
+  scope.querySelectorAll("#fig-backward g.node").forEach((g) => {
     const t = g.querySelector("title");
     if (t) nodes[t.textContent.trim()] = g;
   });
@@ -74,8 +76,10 @@ SCRIPT = """
   $(".next").onclick = () => show(at + 1);
   $(".last").onclick = () => show(data.steps.length - 1);
   slider.oninput = () => show(Number(slider.value));
+  root.addEventListener("pointerdown", () => { window.gradirPlayer = root; });  // the keys go to the last one used
   document.addEventListener("keydown", (e) => {
     if (e.target.tagName === "INPUT") return;  // (a focused slider moves itself: its input event shows the step)
+    if (window.gradirPlayer && window.gradirPlayer !== root) return;
     if (e.key === "ArrowRight") { show(at + 1); e.preventDefault(); }
     if (e.key === "ArrowLeft") { show(at - 1); e.preventDefault(); }
   });
