@@ -49,6 +49,9 @@ def directional_part(say) -> dict:
     e0 = np.eye(X0.size)[0]
     coord0 = checks.directional(L, X0, h=H, grad=bad_g, directions=[e0])
     bad = checks.directional(L, X0, n=5, h=H, seed=DIRECTION_SEED, grad=bad_g)
+    good.what, bad.what = "gr.grad(L)", "gr.grad(L) with coordinate 3 corrupted by +0.1"
+    say(f"the function under test: L(x) = sum(tanh(A @ x) ** 2), A a fixed {A.shape[0]}x{A.shape[1]} matrix, at a point "
+        f"x0 of {X0.size} values; its gradient gr.grad(L)(x0) against central differences along random unit directions")
     say(good)
     say(f"every error <= {good.max_error:.1e}")
     say("negative control: gradient coordinate 3 corrupted by +0.1")

@@ -50,6 +50,8 @@ def tangent_carriers(graph: gr.Graph, seed: int) -> list:
 def main(verbose: bool = True) -> dict:
     say = print if verbose else (lambda *a, **k: None)
     graph = gr.trace(loss, *X)
+    say(f"the function under test: L = tanh(x0*x1 + x2*x2 + x3*x3) at (x0, x1, x2, x3) = {tuple(float(x) for x in X)}; "
+        "gradir traces it to:")
     say(graph)
     n_in, ops = len(graph.inputs), forward_ops(graph)
 

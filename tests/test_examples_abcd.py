@@ -120,11 +120,13 @@ def test_b_directional_checks(b, b_module):
     np.testing.assert_allclose(d["grad"], b_module.A.T @ (2 * t * (1 - t * t)), atol=1e-14)  # hand-derived
     for v in d["directions"]:
         assert np.linalg.norm(v) == pytest.approx(1.0)
-    assert "directional check" in text
+    assert "the function under test: L(x) = sum(tanh(A @ x) ** 2)" in text
+    assert "directional check of gr.grad(L) (h=" in text
 
 
 def test_b_negative_control(b):
     d = b[0]["directional"]
+    assert "directional check of gr.grad(L) with coordinate 3 corrupted by +0.1" in b[1]  # its own title
     assert d["coordinate0_error"] <= 2e-10  # coordinate 0 knows nothing of coordinate 3
     for err, v3 in zip(d["bad_errors"], d["bad_v3"]):
         assert 1e-3 < err < 1e-1
@@ -178,6 +180,7 @@ def test_c_both_modes_agree_with_the_figures(c_module):
     _, tg = torch_grads(lambda *x: torch.tanh(x[0] * x[1] + x[2] * x[2] + x[3] * x[3]), *c_module.X)
     np.testing.assert_allclose(f["grad_reverse"], tg, atol=1e-15)
     assert "-0.068031297262" in text
+    assert "the function under test: L = tanh(x0*x1 + x2*x2 + x3*x3) at (x0, x1, x2, x3) = (1.5, -2.0, 0.25, -0.75)" in text
 
 
 def test_c_operation_counts_from_the_ir(c_module):

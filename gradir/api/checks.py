@@ -215,6 +215,7 @@ class DirectionalReport:
     rows: list[DirectionalRow]
     h: float
     seed: int | None
+    what: str = ""  # what is checked, for the table's title ("L's gradient", "a corrupted gradient", ...)
 
     @property
     def max_error(self) -> float:
@@ -235,7 +236,7 @@ class DirectionalReport:
                          for r in self.rows]}
 
     def table(self):
-        t = Table(title=f"directional check (h={self.h:g}, seed={self.seed})")
+        t = Table(title=f"directional check{' of ' + self.what if self.what else ''} (h={self.h:g}, seed={self.seed})")
         for col in ("direction", "numeric (f(x+hv)-f(x-hv))/2h", "analytic g.v", "|error|"):
             t.add_column(col, justify="right")
         for r in self.rows:
