@@ -10,10 +10,11 @@ The small CNN (batch of two random 3x32x32 images, ten classes):
     conv 3x3 (3 -> 8, pad 1) -> ReLU -> 2x2 max pool -> conv 3x3 (8 -> 16, pad 1) -> ReLU
     -> global average pool -> linear 16 -> 10 -> cross-entropy
 
-Parameters, counted from the arrays: 8*3*3*3 + 8 = 224, 16*8*3*3 + 16 = 1,168, 10*16 + 10 = 170.
-One `gr.grad` gives the gradient of the loss with respect to every parameter and the images; the
-example compares them with float64 torch autograd and spot-checks a few coordinates of the first
-conv weight and of the input by central differences.
+Parameters, counted from the arrays: 8*3*3*3 + 8 = 224, 16*8*3*3 + 16 = 1,168, 10*16 + 10 = 170. One
+`gr.grad` gives the gradient of the loss with respect to every parameter and the images; the example
+compares them with float64 torch autograd (printing the largest difference) and spot-checks a few
+coordinates of the first conv weight and of the input by central differences. It prints the layers
+with their output shapes and parameters.
 
 Pooling.  Max pool's backward sends a window's whole upstream gradient to the position of its
 maximum (zero elsewhere); average pool's spreads it evenly over the k*k positions.
@@ -72,6 +73,40 @@ def pool_backward(pool, window: np.ndarray, upstream: float = 4.0) -> np.ndarray
     return np.asarray(g)[0, 0]
 
 
+def layers(x, p) -> list[tuple[str, tuple, int]]:
+    """(layer, output shape, parameters) of the CNN on images x, run stage by stage as cnn_loss runs them."""
+    out = []
+
+    def stage(name, y, n_params=0):
+        out.append((name, tuple(np.shape(y)), n_params))
+        return y
+    h = stage("conv 3x3, 3 -> 8, pad 1", gr.nn.conv2d(x, p["conv1_w"], p["conv1_b"], padding=1),
+              p["conv1_w"].size + p["conv1_b"].size)
+    h = stage("ReLU", gr.relu(h))
+    h = stage("max pool 2x2", gr.nn.max_pool2d(h, 2))
+    h = stage("conv 3x3, 8 -> 16, pad 1", gr.nn.conv2d(h, p["conv2_w"], p["conv2_b"], padding=1),
+              p["conv2_w"].size + p["conv2_b"].size)
+    h = stage("ReLU", gr.relu(h))
+    h = stage("global average pool", gr.mean(h, axis=(2, 3)))
+    stage("linear 16 -> 10 (logits)", gr.nn.linear(h, p["fc_w"], p["fc_b"]), p["fc_w"].size + p["fc_b"].size)
+    return out
+
+
+def torch_check(x, params, labels):
+    """(loss, gradients by name) of the same CNN in PyTorch autograd, float64; None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    F = torch.nn.functional
+    t = {k: torch.tensor(v, requires_grad=True) for k, v in dict(x=x, **params).items()}
+    h = F.max_pool2d(F.relu(F.conv2d(t["x"], t["conv1_w"], t["conv1_b"], padding=1)), 2)
+    h = F.relu(F.conv2d(h, t["conv2_w"], t["conv2_b"], padding=1)).mean(dim=(2, 3))
+    loss = F.cross_entropy(F.linear(h, t["fc_w"], t["fc_b"]), torch.tensor(labels))
+    loss.backward()
+    return float(loss.detach()), {k: v.grad.numpy() for k, v in t.items()}
+
+
 def main(verbose: bool = True) -> dict:
     say = print if verbose else (lambda *a, **k: None)
     out: dict = {}
@@ -90,6 +125,10 @@ def main(verbose: bool = True) -> dict:
               "conv2": params["conv2_w"].size + params["conv2_b"].size,
               "linear": params["fc_w"].size + params["fc_b"].size}
     out["param_counts"], out["total_params"] = counts, sum(counts.values())
+    out["layers"] = layers(x, params)
+    say("the CNN, layer by layer, on a batch of 2 images (output shape, parameters):")
+    for name, shape, n in out["layers"]:
+        say(f"  {name:26s} {str(shape):16s} {n:>6,}" if n else f"  {name:26s} {str(shape)}")
     say(f"parameters: {counts['conv1']:,} + {counts['conv2']:,} + {counts['linear']:,} = {out['total_params']:,}")
 
     args = (x, *params.values(), labels)
@@ -97,6 +136,12 @@ def main(verbose: bool = True) -> dict:
     out["loss"], out["x"], out["params"], out["labels"] = float(loss), x, params, labels
     out["grads"] = dict(zip(("x", *SHAPES), (np.asarray(g) for g in grads)))
     say(f"loss on a batch of 2 random images: {float(loss):.6f}")
+    checked = torch_check(x, params, labels)
+    if checked is not None:
+        t_loss, t_grads = checked
+        out["torch_max_diff"] = max(float(np.abs(out["grads"][k] - t_grads[k]).max()) for k in out["grads"])
+        say(f"PyTorch float64 autograd: loss {t_loss:.6f}, largest |gr.grad - torch| over the 7 gradients "
+            f"{out['torch_max_diff']:.1e}")
 
     numeric = {}
     for name, coords in PROBES.items():

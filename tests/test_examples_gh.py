@@ -126,10 +126,16 @@ def test_h_parameter_count(h):
     assert f["param_counts"] == {"conv1": 224, "conv2": 1168, "linear": 170}
     assert f["total_params"] == 1562
     assert "224 + 1,168 + 170 = 1,562" in text
+    # the layers it prints: each output shape as gradir computes it, and the parameters per layer
+    assert [(shape, n) for _, shape, n in f["layers"]] == [
+        ((2, 8, 32, 32), 224), ((2, 8, 32, 32), 0), ((2, 8, 16, 16), 0), ((2, 16, 16, 16), 1168),
+        ((2, 16, 16, 16), 0), ((2, 16), 0), ((2, 10), 170)]
+    assert "max pool 2x2               (2, 8, 16, 16)" in text
 
 
 def test_h_cnn_gradients_vs_torch(h):
-    f, _ = h
+    f, text = h
+    # the check the example prints, recomputed here independently
     names = ("x", "conv1_w", "conv1_b", "conv2_w", "conv2_b", "fc_w", "fc_b")
     ts = {"x": torch.tensor(f["x"], requires_grad=True)}
     ts.update({k: torch.tensor(v, requires_grad=True) for k, v in f["params"].items()})
@@ -140,6 +146,7 @@ def test_h_cnn_gradients_vs_torch(h):
     assert f["loss"] == pytest.approx(loss.item(), rel=1e-12)
     for name in names:
         np.testing.assert_allclose(f["grads"][name], ts[name].grad.numpy(), rtol=1e-9, atol=1e-13, err_msg=name)
+    assert f["torch_max_diff"] < 1e-12 and f"over the 7 gradients {f['torch_max_diff']:.1e}" in text
 
 
 def test_h_central_differences(h):
