@@ -330,6 +330,9 @@ def main(out=None) -> dict:
     if out is not None:
         print(f"\nFiles (--out {out}):")
         figures["files"] = write_files(out, params, x)
+    else:
+        print("\nPictures: --out DIR writes the memory timelines, diagrams and an HTML report; "
+              "notebooks/e_saved_tensors_memory_checkpointing.py shows them inline.")
     return figures
 
 

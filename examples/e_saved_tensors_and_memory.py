@@ -260,6 +260,9 @@ def main(out=None) -> dict:
         print(f"\nFiles (--out {out}):")
         figures["files"] = {"tanh_expr": write_trace_files(j_vec, out, "tanh_expr"),
                             "residual_blocks": write_trace_files(j, out, "residual_blocks")}
+    else:
+        print("\nPictures: --out DIR writes the diagrams, memory plots and HTML reports (with the schedule player); "
+              "notebooks/e_saved_tensors_memory_checkpointing.py shows them inline.")
     return figures
 
 

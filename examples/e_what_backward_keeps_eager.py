@@ -182,6 +182,9 @@ def main(verbose: bool = True, out=None) -> dict:
     if out is not None:
         print(f"Files (--out {out}): the tape of y = sum(tanh(x*x + x)) and its backward program")
         figures["files"] = write_diagrams(out, what_nodes_keep.record)
+    elif verbose:
+        print("Pictures: --out DIR draws the tape and its backward program; "
+              "notebooks/e_saved_tensors_memory_checkpointing.py shows them inline.")
     return figures
 
 

@@ -191,6 +191,8 @@ def main(verbose: bool = True, out=None) -> dict:
         q["files"] = {"curves": str(plot_curves(pathlib.Path(out) / "quadratic_loss_curves.svg", q))}
         if verbose:
             print(f"Files (--out {out}):\n   excess loss per step, best run per method: {q['files']['curves']}")
+    elif verbose:
+        print("Pictures: --out DIR plots each method's best run; notebooks/f_training_and_optimizers.py shows it inline.")
     return q
 
 

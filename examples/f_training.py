@@ -443,6 +443,9 @@ def main(verbose: bool = True, out=None) -> dict:
         if verbose:
             print(f"Files (--out {out}):")
         figures["files"] = write_files(out, figures, j)
+    elif verbose:
+        print("Pictures: --out DIR writes the loss curves, diagrams and an HTML report; "
+              "notebooks/f_training_and_optimizers.py shows them inline.")
     return figures
 
 

@@ -33,3 +33,12 @@ def test_notebook_runs_top_to_bottom_with_its_figures_inline(path):
     source = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
     example = path.stem.split("_")[0]
     assert any(line.startswith(f"import {example}_") for line in source.splitlines())
+
+
+def test_examples_run_without_out_name_notebooks_that_exist():
+    """An example run without --out says where its pictures go: the notebook it names is there."""
+    import re
+
+    named = {m for p in (NOTEBOOKS.parent / "examples").glob("*.py")
+             for m in re.findall(r"(notebooks/\w+\.py) shows", p.read_text())}
+    assert len(named) == 2 and all((NOTEBOOKS.parent / m).is_file() for m in named)
