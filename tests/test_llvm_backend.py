@@ -169,6 +169,9 @@ def test_a_cached_program_is_found_by_its_structure_before_any_code_is_written(t
     monkeypatch.undo()
     monkeypatch.setenv("GRADIR_CACHE_DIR", str(tmp_path))
     assert warm.executable(w, x).module_ir == cold.module_ir  # written on demand, as a cold compile wrote it
+    # so are the optimized IR and the assembly (the cache keeps object code only: the IR is compiled again to show)
+    assert warm.executable(w, x).optimized_ir == cold.optimized_ir and "define" in cold.optimized_ir
+    assert warm.executable(w, x).assembly == cold.assembly
     other = gr.compile(gr.value_and_grad(lambda w, x: gr.sum(gr.sin(x @ w))), backend="llvm")
     assert other.executable(w, x).origin == "compiled"
     monkeypatch.setattr(llvm_kernels, "UNROLLED_INSIDE", llvm_kernels.UNROLLED_INSIDE + 1)

@@ -330,15 +330,20 @@ class LLVMCompiled:
     def listing(self) -> str:
         return str(self.program)
 
+    @functools.cached_property
+    def _shown(self):
+        """The compiled module whose text `optimized_ir` and `assembly` show: the one that runs, or for one loaded
+        from the disk cache (which keeps no text), the IR compiled again."""
+        return self.jit if self.jit.optimized_ir is not None else jit.JitModule.from_ir(self.module_ir)
+
     @property
-    def optimized_ir(self) -> str | None:
-        return self.jit.optimized_ir
+    def optimized_ir(self) -> str:
+        """The LLVM IR after LLVM's optimisation passes (the vectorized loops)."""
+        return self._shown.optimized_ir
 
     @property
     def assembly(self) -> str:
-        if self.jit.optimized_ir is None:  # loaded from the cache: compile the IR again to show it
-            return jit.JitModule.from_ir(self.module_ir).assembly
-        return self.jit.assembly
+        return self._shown.assembly
 
     # -- running
     def __call__(self, *args):
