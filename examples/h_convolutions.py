@@ -48,13 +48,26 @@ def init(seed: int = 0) -> tuple[dict, np.ndarray, np.ndarray]:
     return params, rng.normal(size=(2, 3, 32, 32)), np.array([3, 7])
 
 
+def forward(x, p: dict, record: list | None = None):
+    """The CNN's logits for images x (N, 3, 32, 32); `record`, if given, receives (layer, output shape, parameters)
+    for each stage as it runs."""
+    def stage(name, y, *params):
+        if record is not None:
+            record.append((name, tuple(np.shape(y)), sum(p[k].size for k in params)))
+        return y
+    h = stage("conv 3x3, 3 -> 8, pad 1", gr.nn.conv2d(x, p["conv1_w"], p["conv1_b"], padding=1), "conv1_w", "conv1_b")
+    h = stage("ReLU", gr.relu(h))
+    h = stage("max pool 2x2", gr.nn.max_pool2d(h, 2))
+    h = stage("conv 3x3, 8 -> 16, pad 1", gr.nn.conv2d(h, p["conv2_w"], p["conv2_b"], padding=1), "conv2_w", "conv2_b")
+    h = stage("ReLU", gr.relu(h))
+    h = stage("global average pool", gr.mean(h, axis=(2, 3)))
+    return stage("linear 16 -> 10 (logits)", gr.nn.linear(h, p["fc_w"], p["fc_b"]), "fc_w", "fc_b")
+
+
 def cnn_loss(x, conv1_w, conv1_b, conv2_w, conv2_b, fc_w, fc_b, labels):
     """Mean cross-entropy of the small CNN on images x (N, 3, 32, 32)."""
-    h = gr.relu(gr.nn.conv2d(x, conv1_w, conv1_b, padding=1))      # (N, 8, 32, 32)
-    h = gr.nn.max_pool2d(h, 2)                                      # (N, 8, 16, 16)
-    h = gr.relu(gr.nn.conv2d(h, conv2_w, conv2_b, padding=1))      # (N, 16, 16, 16)
-    h = gr.mean(h, axis=(2, 3))                                     # (N, 16): global average pool
-    return gr.nn.cross_entropy(gr.nn.linear(h, fc_w, fc_b), labels)
+    p = dict(conv1_w=conv1_w, conv1_b=conv1_b, conv2_w=conv2_w, conv2_b=conv2_b, fc_w=fc_w, fc_b=fc_b)
+    return gr.nn.cross_entropy(forward(x, p), labels)
 
 
 def central(arrays: dict, labels, name: str, coord: tuple, h: float = 1e-5) -> float:
@@ -71,25 +84,6 @@ def pool_backward(pool, window: np.ndarray, upstream: float = 4.0) -> np.ndarray
     _, back = gr.vjp(lambda a: pool(a, 2), window[None, None])
     (g,) = back(np.full((1, 1, 1, 1), upstream))
     return np.asarray(g)[0, 0]
-
-
-def layers(x, p) -> list[tuple[str, tuple, int]]:
-    """(layer, output shape, parameters) of the CNN on images x, run stage by stage as cnn_loss runs them."""
-    out = []
-
-    def stage(name, y, n_params=0):
-        out.append((name, tuple(np.shape(y)), n_params))
-        return y
-    h = stage("conv 3x3, 3 -> 8, pad 1", gr.nn.conv2d(x, p["conv1_w"], p["conv1_b"], padding=1),
-              p["conv1_w"].size + p["conv1_b"].size)
-    h = stage("ReLU", gr.relu(h))
-    h = stage("max pool 2x2", gr.nn.max_pool2d(h, 2))
-    h = stage("conv 3x3, 8 -> 16, pad 1", gr.nn.conv2d(h, p["conv2_w"], p["conv2_b"], padding=1),
-              p["conv2_w"].size + p["conv2_b"].size)
-    h = stage("ReLU", gr.relu(h))
-    h = stage("global average pool", gr.mean(h, axis=(2, 3)))
-    stage("linear 16 -> 10 (logits)", gr.nn.linear(h, p["fc_w"], p["fc_b"]), p["fc_w"].size + p["fc_b"].size)
-    return out
 
 
 def torch_check(x, params, labels):
@@ -125,7 +119,8 @@ def main(verbose: bool = True) -> dict:
               "conv2": params["conv2_w"].size + params["conv2_b"].size,
               "linear": params["fc_w"].size + params["fc_b"].size}
     out["param_counts"], out["total_params"] = counts, sum(counts.values())
-    out["layers"] = layers(x, params)
+    out["layers"] = []
+    forward(x, params, record=out["layers"])
     say("the CNN, layer by layer, on a batch of 2 images (output shape, parameters):")
     for name, shape, n in out["layers"]:
         say(f"  {name:26s} {str(shape):16s} {n:>6,}" if n else f"  {name:26s} {str(shape)}")

@@ -467,13 +467,11 @@ def report_body(gt, figures: list[str], plot_svg: str | None, plans: dict, notes
                  '<a href="#memory">memory</a><a href="#ir">IR</a><a href="#schedule">schedule</a>'
                  '<a href="#saved">saved tensors</a></nav>')
     parts.append('<h2 id="diagrams">Diagrams</h2>')
-    steps = '<h3 id="player-section">Step through the backward</h3>' + player.player_html(gt)
-    for f in figures:  # the player right under the backward diagram it highlights in
-        parts.append(f)
-        if f.startswith('<figure id="fig-backward">'):
-            parts.append(steps)
-    if steps not in parts:
-        parts.append(steps)
+    # the player right under the backward diagram it highlights in (after the figures if there is none)
+    under = next((i + 1 for i, f in enumerate(figures) if f.startswith('<figure id="fig-backward">')), len(figures))
+    parts += figures[:under]
+    parts.append('<h3 id="player-section">Step through the backward</h3>' + player.player_html(gt))
+    parts += figures[under:]
     parts.append('<h2 id="memory">Memory</h2>')
     if plot_svg:
         parts.append(f'<figure id="fig-memory"><div class="plot">{inline_svg(plot_svg, "memory-")}</div>'

@@ -198,19 +198,8 @@ class LoopSource:
             self.form = "flat"
             self.block = min(FLAT_BLOCK, next_pow2(max(inner, 1)))
             self.grid = -(-inner // self.block)
-            if k.accumulated:  # rows: the points of the leading axes every accumulation sums over
-                f = self.summed_axes()
-                while f > 0 and math.prod(k.domain[f:]) < MIN_LANES:
-                    f -= 1
-                self.kept = math.prod(k.domain[f:])
-                self.block = min(FLAT_BLOCK, next_pow2(max(self.kept, 1)))
-                self.col_blocks = -(-self.kept // self.block)
-                rows = math.prod(k.domain[:f])
-                self.rows_per_program = self.rows_each(rows, self.col_blocks)
-                if self.rows_per_program > 1:
-                    self.grid = rows // self.rows_per_program * self.col_blocks
-                else:
-                    self.block = min(FLAT_BLOCK, next_pow2(max(inner, 1)))
+            if k.accumulated:
+                self.flat_rows()
         else:
             self.form = "row" if inner <= MAX_ROW else "chunked"
             self.block = next_pow2(max(inner, 1)) if self.form == "row" else CHUNK
@@ -221,6 +210,20 @@ class LoopSource:
         self.num_warps = 8 if self.block >= 2048 else 4
         self.pass_index = 0
         self.text = self.render()
+
+    def flat_rows(self) -> None:
+        """Rows per program for a flat kernel that accumulates: a row is the points after the leading axes every
+        accumulation sums over (at least MIN_LANES where those axes allow), cut into `col_blocks` blocks."""
+        k, f = self.k, self.summed_axes()
+        while f > 0 and math.prod(k.domain[f:]) < MIN_LANES:
+            f -= 1
+        kept = math.prod(k.domain[f:])
+        block = min(FLAT_BLOCK, next_pow2(max(kept, 1)))
+        cols, rows = -(-kept // block), math.prod(k.domain[:f])
+        many = self.rows_each(rows, cols)
+        if many > 1:
+            self.kept, self.col_blocks, self.block, self.rows_per_program = kept, cols, block, many
+            self.grid = rows // many * cols
 
     def summed_axes(self) -> int:
         """How many leading domain axes every accumulation sums over (its address does not move along them)."""
