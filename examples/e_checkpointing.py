@@ -66,8 +66,10 @@ reference's 13.91 MiB is what PyTorch packs for blocks with a hidden width of 51
 256), the input requiring grad and a loss that packs y once (y.pow(2)): 12 * (32 + 512 + 64 + 64 +
 512) KiB + 32 KiB = 13.906 MiB in 61 tensors, and with checkpoint_sequential(6): 5 segment inputs
 + 2 * 5 + 1 = 16 tensors, 2.50 MiB (torch 2.13; the reference's 21 has five more tensors of zero
-bytes, one per checkpointed segment: consistent with an empty placeholder tensor saved beside each
-segment's input, which some PyTorch releases' non-reentrant checkpoint did; not checked here).
+bytes, one per checkpointed segment: earlier 2.x releases' non-reentrant checkpoint saved each segment's
+inputs through `_NoopSaveInputs.apply(dummy, kwargs, *args)` with `dummy = torch.empty((0,),
+requires_grad=True)`, so the hooks saw one empty tensor beside each segment's input; 2.13 saves the
+inputs without it. 16 + 5 empty tensors = 21, the same 2.50 MiB).
 Block calls agree: 12 and 22 (PyTorch reruns whole blocks; gradir counts a block as called again
 when the backward recomputes any node of it, here the last block of a segment only up to its relu).
 tests/test_example_e_checkpointing.py measures PyTorch's figures with saved_tensors_hooks.
@@ -321,10 +323,12 @@ def main(out=None) -> dict:
               f"{human_bytes(seg['activation_bytes'])}.")
         ref = pytorch_saved(hidden=2 * WIDTH, input_requires_grad=True, square="pow")
         ref_seg = pytorch_saved(hidden=2 * WIDTH, segments=SEGMENTS, input_requires_grad=True, square="pow")
+        version = sys.modules["torch"].__version__.split("+")[0]
         print(f"The reference's 61 / 13.91 MiB is a 256 -> 512 -> 256 block with x requiring grad and y.pow(2): "
               f"{ref['tensors']} tensors, {human_bytes(ref['bytes'])}; checkpointed {ref_seg['tensors']} tensors, "
-              f"{human_bytes(ref_seg['bytes'])} (the reference's 21 has five more tensors and no more bytes: one "
-              "empty tensor per checkpointed segment, plausibly the placeholder some PyTorch releases' checkpoint saved).")
+              f"{human_bytes(ref_seg['bytes'])} (the reference's 21 is {ref_seg['tensors']} + {SEGMENTS - 1} "
+              f"empty tensors, one per checkpointed segment: earlier 2.x releases of torch.utils.checkpoint saved an empty "
+              f"`dummy` tensor beside each segment's inputs; torch {version} does not).")
         figures["pytorch"] = {"same_model": same, "same_model_checkpointed": seg, "reference_model": ref,
                               "reference_model_checkpointed": ref_seg}
     if out is not None:

@@ -3,6 +3,9 @@ measured with saved_tensors_hooks, and the optimal plan against uniform-6 at the
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
 import pytest
 from examples_util import load
@@ -22,7 +25,10 @@ def example():
 
 @pytest.fixture(scope="module")
 def figures(example):
-    return example.main()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        figures = example.main()
+    return {**figures, "printed": out.getvalue()}
 
 
 def test_no_recomputation(figures):
@@ -168,6 +174,10 @@ def test_pytorch_reference_figures_are_a_512_wide_hidden_layer(figures):
     assert round(ref["bytes"] / MiB, 2) == 13.91
     assert ref_seg["tensors"] == 5 + 2 * 5 + 1 and ref_seg["bytes"] == 5 * 32 * KiB + 2 * per_block + 32 * KiB == 2.5 * MiB
     assert ref_seg["block_calls"] == 22
+    # the reference's 21: the same 16 plus one empty tensor per checkpointed segment (5 of 6), no more bytes;
+    # the printout says so with these numbers
+    assert ref_seg["tensors"] + 5 == 21 and round(ref_seg["bytes"] / MiB, 2) == 2.50
+    assert f"the reference's 21 is {ref_seg['tensors']} + 5 empty tensors" in figures["printed"]
 
 
 def test_what_the_activation_peak_counts(figures):
