@@ -83,7 +83,7 @@ NAMESPACES = {
     ],
     "linalg": [
         "cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matmul", "matrix_transpose", "qr", "slogdet", "solve",
-        "solve_triangular", "svd", "svdvals", "tensordot",
+        "solve_triangular", "svd", "svdvals", "tensordot", "trace",
     ],
     "train": [
         "CheckpointError", "TrainResult", "load_checkpoint", "memory", "plot_losses", "save_checkpoint",

@@ -1,6 +1,9 @@
 """gr.linalg: the matrix functions of numpy.linalg and torch.linalg in one namespace (decompositions,
-inverses and solves, and the matrix products that numpy.linalg also lists)."""
+inverses and solves, the matrix products that numpy.linalg also lists, and numpy.linalg.trace, which is
+gr.linalg_trace under its NumPy name: the same function object, since the top level's `gr.trace` is the
+tracer)."""
 
+from gradir.ops.arrange import linalg_trace as trace
 from gradir.ops.decompositions import (
     cholesky,
     det,
@@ -17,4 +20,4 @@ from gradir.ops.decompositions import (
 from gradir.ops.linalg import cross, matmul, matrix_transpose, tensordot
 
 __all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matmul", "matrix_transpose", "qr", "slogdet",
-           "solve", "solve_triangular", "svd", "svdvals", "tensordot"]
+           "solve", "solve_triangular", "svd", "svdvals", "tensordot", "trace"]
