@@ -232,21 +232,10 @@ def test_cdist(p, shapes):
     if shapes == "zero_distance" and p in (0.5, float("inf")):
         pytest.skip("torch's backward at a zero difference is nan (p < 1) or splits no tie (inf)")
     a, b = {"plain": (A, B), "batched": (rand(2, 1, 3, 4), rand(5, 2, 4, seed=1)), "zero_distance": (A, B_DUP)}[shapes]
-    # torch.cdist has no forward-mode rule (the oracle would use central differences): the JVP is checked
-    # against gradir's own VJP instead, which check_op compares with torch
-    check_op(lambda a, b: nn.cdist(a, b, p), lambda a, b: torch.cdist(a, b, p), a, b, jvp=False)
-    check_jvp_against_vjp(lambda a, b: nn.cdist(a, b, p), a, b)
-
-
-def check_jvp_against_vjp(f, *args, seed=5):
-    """<jvp(t), c> == <t, vjp(c)> for random t and c: forward mode agrees with the checked reverse mode."""
-    r = np.random.default_rng(seed)
-    tangents = tuple(r.standard_normal(np.shape(a)) for a in args)
-    out, tangent = gr.jvp(f, args, tangents)
-    c = r.standard_normal(np.shape(out))
-    _, vjp_fn = gr.vjp(f, *args)
-    cts = vjp_fn(c)
-    np.testing.assert_allclose(np.sum(tangent * c), sum(np.sum(t * g) for t, g in zip(tangents, cts)), rtol=1e-11)
+    # torch.cdist has no forward-mode rule (_cdist_forward), so the oracle's JVP is central differences of
+    # torch.cdist in float64 (to ~1e-6 relative). At a zero distance (p = 1, 2, 3, 0) the symmetric quotient of
+    # torch's |d| or ||d|| is 0, torch's backward there is 0, and gradir's tangent is 0: all three agree
+    check_op(lambda a, b: nn.cdist(a, b, p), lambda a, b: torch.cdist(a, b, p), a, b)
 
 
 def test_distance_errors():
@@ -430,13 +419,27 @@ def test_cross_entropy_errors():
 
 
 def test_embedding_padding_idx():
-    """The padding row passes no gradient (VJP, as torch). Forward mode agrees with that in gradir (a zero
-    tangent at padded positions); torch's forward mode passes the row's tangent, disagreeing with its own
-    backward, so the JVP is checked against gradir's VJP instead."""
+    """The padding row passes no gradient (VJP, as torch's backward). torch's two modes disagree there: the value
+    is w[idx], whose true derivative passes the padding row's tangent, and torch.func.jvp (and central differences
+    of F.embedding) do pass it, while torch's backward zeroes it (padding_idx is a gradient convention). gradir
+    follows torch's backward in both modes, so the JVP oracle is torch's backward turned forward:
+    torch.autograd.functional.jvp, which differentiates torch's VJP again (the double-backward trick). Central
+    differences of torch's F.embedding are compared too: equal off the padded positions, the row's tangent on
+    them (where gradir's tangent is 0)."""
     idx = np.array([[3, 0, 1], [3, 3, 2]])
+    pad = idx == 3
     f = lambda w: nn.embedding(w, idx, padding_idx=3)  # noqa: E731
-    check_op(f, lambda w: F.embedding(T(idx), w, padding_idx=3), rand(4, 5), jvp=False)
-    check_jvp_against_vjp(f, rand(4, 5))
+    tf = lambda w: F.embedding(T(idx), w, padding_idx=3)  # noqa: E731
+    w, t = rand(4, 5), rand(4, 5, seed=3)
+    check_op(f, tf, w, jvp=False)  # value, VJP against torch.autograd, LLVM against NumPy
+    _, got = gr.jvp(f, (w,), (t,))
+    _, want = torch.autograd.functional.jvp(tf, T(w), T(t))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-14)
+    assert not np.any(got[pad])
+    h = 1e-6
+    quotient = ((tf(T(w + h * t)) - tf(T(w - h * t))) / (2 * h)).numpy()
+    np.testing.assert_allclose(got[~pad], quotient[~pad], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(quotient[pad], t[idx[pad]], rtol=1e-6, atol=1e-7)  # torch's true derivative
 
 
 def test_from_torch_add_and_sub_alpha():

@@ -181,6 +181,14 @@ def test_floor_divide_is_integer_valued_with_zero_derivative():
     np.testing.assert_array_equal(gr.floor_divide(x, y), x // y)
     gx, gy = gr.grad(lambda a, b: gr.sum(gr.floor_divide(a, b)), argnums=(0, 1))(x, y)
     assert not np.any(gx) and not np.any(gy) and gy.shape == (4,)
+    # torch.floor_divide has no autograd formula ("derivative for aten::floor_divide is not implemented");
+    # torch.div(..., rounding_mode="floor") is the same function (values asserted equal here) and has one: zero
+    # in reverse and forward mode. The oracle compares value, VJP (against torch.autograd) and JVP (against
+    # torch.func.jvp, exactly: no central differences) with it, and LLVM against NumPy.
+    t_floor = lambda a, b: torch.div(a, b, rounding_mode="floor")  # noqa: E731
+    assert torch.equal(t_floor(torch.tensor(x), torch.tensor(y)), torch.floor_divide(torch.tensor(x), torch.tensor(y)))
+    check_op(gr.floor_divide, t_floor, x, y)
+    check_op(gr.floor_divide, t_floor, normal((), 3) * 5, normal((1, 4), 4))  # 0-d against a size-1 axis
     i, j = np.array([7, -7, 7, -7, 0]), np.array([2, 2, -2, -2, 3])
     out = gr.floor_divide(i, j)
     assert out.dtype == np.int64

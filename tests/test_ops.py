@@ -1,10 +1,11 @@
 """The op library against independent oracles.
 
 Forward values and VJPs (random cotangents, through `gr.vjp`) are checked against PyTorch float64
-autograd; JVPs (`gr.jvp`) against central finite differences; second derivatives (grad of grad,
-and forward-over-reverse) against torch double backward. NumPy indexing, whose negative steps
-torch lacks, is checked against NumPy itself: the adjoint of ``x[index]`` scatters the cotangent
-onto the flat positions ``arange(x.size).reshape(x.shape)[index]``.
+autograd; JVPs (`gr.jvp`) against central finite differences, and the unary ops' also against
+torch.func.jvp (torch's forward mode) in float64; second derivatives (grad of grad, and
+forward-over-reverse) against torch double backward. NumPy indexing, whose negative steps torch lacks,
+is checked against NumPy itself: the adjoint of ``x[index]`` scatters the cotangent onto the flat
+positions ``arange(x.size).reshape(x.shape)[index]``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,18 @@ def check_jvp(gfn, args, rng, h=1e-6):
         assert_close(t, (plus - minus) / (2 * h), rtol=1e-6, atol=1e-7)
 
 
+def check_torch_jvp(gfn, tfn, args, rng, rtol=RTOL, atol=ATOL):
+    """gr.jvp's output and tangent against torch.func.jvp (torch's forward mode, float64) along the same random
+    tangent: an oracle independent of gradir, where check_jvp's difference quotient is of gradir's own function."""
+    tangents = tuple(rng.standard_normal(np.shape(a)) for a in args)
+    out, tan = gr.jvp(gfn, tuple(args), tangents)
+    t_out, t_tan = torch.func.jvp(tfn, tuple(torch.tensor(np.asarray(a, np.float64)) for a in args),
+                                  tuple(torch.from_numpy(t) for t in tangents))
+    for o, t, wo, wt in zip(_flat(out), _flat(tan), _flat(t_out), _flat(t_tan)):
+        assert_close(o, wo.numpy(), rtol, atol)
+        assert_close(t, wt.numpy(), rtol, atol)
+
+
 def check_second_order(gfn, tfn, x, rng):
     """Hessian-vector product: grad of <grad <f, w>, v> against torch double backward."""
     w = rng.standard_normal(np.shape(tfn(_leaf(x)).detach().numpy()))
@@ -123,6 +136,15 @@ def test_unary_vjp_jvp(name, shape, rng):
     x = sample(rng, shape, domain)
     check_vjp(g, t, [x], rng)
     check_jvp(g, [x], rng)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3, 1, 4)], ids=str)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_jvp_against_torch_forward_mode(name, shape, rng):
+    """Each unary op's JVP (tanh's among them) against torch.func.jvp in float64: 0-d, a single element, a size-1
+    axis between two others."""
+    g, t, domain, _ = UNARY[name]
+    check_torch_jvp(g, t, [sample(rng, shape, domain)], rng)
 
 
 @pytest.mark.parametrize("name", [n for n, spec in UNARY.items() if spec[3]])
