@@ -20,13 +20,19 @@ eager ops evaluate with NumPy's `np.tanh`, which rounds tanh(-1.5) one unit in t
 differently: the two analytic gradients differ by ~2e-16 (the exact value lies between them) and
 the round-off half of the sweep (h <= 1e-5) differs in its noise, which is shown in a second column.
 
-Run:  python examples/a_scalar_three_ways.py
+With `--out DIR` it draws the tape as a graph (micrograd's draw_dot: one node per value with its data
+and grad) and writes the joint forward+backward report (`GradTrace.render`: diagrams, the backward
+schedule player, memory plot).
+
+Run:  python examples/a_scalar_three_ways.py [--out DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import cmath
 import math
+import pathlib
 
 import numpy as np
 
@@ -158,7 +164,21 @@ def relu_like(x):
     return gr.where(gr.real(x) > 0, x, 0.0)
 
 
-def main(verbose: bool = True) -> dict:
+def write_pictures(folder) -> dict:
+    """The tape of L as a graph (value, data, grad) and the joint report, in `folder`; atomic writes."""
+    from gradir.util.fileio import write_atomic
+
+    folder = pathlib.Path(folder)
+    diagram = gr.viz.value_diagram(loss, A, B, title="L = tanh(a*b + a) at a = 1.5, b = -2: data and grad")
+    files = {"tape.dot": write_atomic(folder / "a_tape.dot", diagram.source)}
+    rendered = gr.viz.render_svg(diagram)
+    if rendered.svg is not None:
+        files["tape.svg"] = write_atomic(folder / "a_tape.svg", rendered.svg)
+    report = gr.trace_grad(loss, A, B, argnums=(0, 1)).render(folder / "a_loss")
+    return {k: str(v) for k, v in {**files, **report}.items()}
+
+
+def main(verbose: bool = True, out_dir=None) -> dict:
     out: dict = {}
     say = print if verbose else (lambda *a, **k: None)
 
@@ -235,8 +255,20 @@ def main(verbose: bool = True) -> dict:
     say(f"  {'correct':32s} {da:+14.10f} {db:+14.10f}")
     say(f"  {'overwrite instead of accumulate':32s} {oa:+14.10f} {ob:+14.10f}   (a keeps only the path via m)")
     say(f"  {'backward in forward order':32s} {fa:+14.10f} {fb:+14.10f}   (closures run before any grad arrives)")
+    if out_dir is not None:
+        out["files"] = write_pictures(out_dir)
+        say(f"\nFiles (--out {out_dir}), .dot sources and the forward/backward diagrams beside them:")
+        for key, what in (("tape.svg", "the tape as a graph"), ("joint.svg", "forward and backward, saved values"),
+                          ("html", "the report, with the backward schedule player")):
+            if key in out["files"]:
+                say(f"   {what}: {out['files'][key]}")
+    else:
+        say("\nPictures: --out DIR draws the tape as a graph and writes the joint report; "
+            "notebooks/a_scalar_three_ways.py shows them inline.")
     return out
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", metavar="DIR", help="write the tape's diagram and the joint report into DIR")
+    main(out_dir=ap.parse_args().out)

@@ -235,6 +235,7 @@ def main(verbose: bool = True) -> dict:
     say = print if verbose else (lambda *a, **k: None)
     out = {"directional": directional_part(say), "cross_entropy": cross_entropy_part(say)}
     out.update(ops_part(say))
+    say("\nPictures: notebooks/b_checking_gradients.py shows the function's graph and its backward program inline.")
     return out
 
 

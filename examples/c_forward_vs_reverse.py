@@ -86,6 +86,7 @@ def main(verbose: bool = True) -> dict:
         f"(non-zero tangents per seed: {carriers})")
     say(f"reverse mode: one forward ({len(ops)} ops) + {len(rules)} backward (VJP) rules "
         f"= {len(ops) + len(rules)}, for any number of inputs")
+    say("\nPictures: notebooks/c_forward_vs_reverse.py shows the graph and its joint forward/backward diagram inline.")
     return out
 
 

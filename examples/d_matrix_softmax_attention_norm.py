@@ -188,6 +188,8 @@ def main(verbose: bool = True) -> dict:
     out.update(attention_part(say))
     out["layer_norm"] = layer_norm_part(say)
     out["residual"] = residual_part(say)
+    say("\nPictures: notebooks/d_matrix_softmax_attention_norm.py shows the attention head's forward/backward report "
+        "with the schedule player inline.")
     return out
 
 

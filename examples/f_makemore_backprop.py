@@ -384,6 +384,8 @@ def main(argv=None) -> dict:
         figures["files"] = {"curves": str(path)}
         if verbose:
             print(f"   loss curve: {path}")
+    elif verbose:
+        print("Pictures: --out DIR writes the loss curve; notebooks/f_training_and_optimizers.py shows it inline.")
     return figures
 
 

@@ -73,8 +73,9 @@ def make_step(opt):
     return step
 
 
-def train(data: dict, vocab: int, steps: int, n_hidden: int = 200, backend: str = "llvm", log_every: int = 0) -> dict:
-    rng = np.random.default_rng(SEED)
+def train(data: dict, vocab: int, steps: int, n_hidden: int = 200, backend: str = "llvm", log_every: int = 0,
+          seed: int = SEED) -> dict:
+    rng = np.random.default_rng(seed)
     p = init_params(vocab, n_hidden, rng)
     opt = gr.optim.sgd(gr.optim.step_lr(0.1, step_size=max(1, steps // 2), gamma=0.1))
     state = opt.init(p)
@@ -106,6 +107,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="path to names.txt")
     ap.add_argument("--steps", type=int, default=2000, help="training steps (reference run: 200000)")
     ap.add_argument("--backend", default="llvm", choices=("llvm", "numpy"))
+    ap.add_argument("--seed", type=int, default=SEED, help="initialisation and batches (default: the companion's)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--out", metavar="DIR", help="write the loss-curve plot into DIR")
     args = ap.parse_args(argv)
@@ -117,7 +119,8 @@ def main(argv=None) -> dict:
         print(f"Training the makemore MLP (n_hidden 200) for {args.steps:,} steps of batch 32 with one compiled step:\n"
               f"value_and_grad, gr.optim.sgd (lr 0.1, then 0.01 from step {max(1, args.steps // 2):,}) and the running "
               "BatchNorm statistics")
-    f = train(data, vocab, args.steps, backend=args.backend, log_every=(max(1, args.steps // 10) if verbose else 0))
+    f = train(data, vocab, args.steps, backend=args.backend, log_every=(max(1, args.steps // 10) if verbose else 0),
+              seed=args.seed)
     if verbose:
         print(f"makemore MLP, {f['n_params']:,} parameters, {f['steps']:,} steps of one compiled training step "
               f"({args.backend}): {f['seconds']:.1f} s, {f['steps'] / f['seconds']:,.0f} steps/s")
@@ -132,6 +135,8 @@ def main(argv=None) -> dict:
         f["files"] = {"curves": str(path)}
         if verbose:
             print(f"   loss curve: {path}")
+    elif verbose:
+        print("Pictures: --out DIR writes the loss curve; notebooks/f_training_and_optimizers.py shows it inline.")
     return f
 
 

@@ -192,6 +192,7 @@ def main(verbose: bool = True) -> dict:
     say("  " + mixed.text().replace("\n", "\n  "))
     say(f"  -> {mixed.bytes_per_parameter:g} bytes/parameter: the float16 copy of the weights the forward computes "
         "with is the extra 2 (the gradients of the float32 masters arrive in float32)")
+    say("\nPictures: notebooks/g_depth_and_number_formats.py shows a tanh chain's joint forward/backward diagram inline.")
     return out
 
 

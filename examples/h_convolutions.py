@@ -152,6 +152,7 @@ def main(verbose: bool = True) -> dict:
     say(f"2x2 window {window.tolist()}, upstream gradient 4:")
     say(f"  max pool backward: {out['max_pool_grad'].tolist()} (all 4 to the maximum)")
     say(f"  avg pool backward: {out['avg_pool_grad'].tolist()} (1 each)")
+    say("\nPictures: notebooks/h_convolutions.py shows the CNN's graph inline.")
     return out
 
 

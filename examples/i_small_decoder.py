@@ -223,6 +223,7 @@ def main(verbose: bool = True) -> dict:
     say(f"causal mask, token {causal['position']} changed: earlier logits move by {causal['earlier_logit_change']:.1e}, "
         f"earlier losses by {causal['earlier_loss_change']:.1e}, later logits by {causal['later_logit_change']:.2e}; "
         f"without the mask earlier logits move by {causal['unmasked_earlier_logit_change']:.2e}")
+    say("\nPictures: notebooks/i_small_decoder.py shows the decoder's forward/backward report with the schedule player inline.")
     return {"n_weights": n_weights, "loss": float(loss), "torch_loss": t_loss, "rel_err_vs_torch": rel_torch,
             "fd_samples": len(entries), "fd_worst_abs_err": float(fd_err.max()), "fd_worst_ratio": float(fd_ratio.max()),
             "causal": causal, "grads": grads, "torch_grads": t_grads}

@@ -34,11 +34,16 @@
      (`get_primitive(op).cost(...)`: 2*m*n*k per matmul, one per output element for elementwise ops and
      reductions), against the 6N rule (2N forward, 4N backward).
 
-Run:  python examples/j_engine_probes_counting.py
+With `--out DIR` it writes the two-branch graph's report (`GradTrace.render`): the joint diagram, whose
+backward nodes show their schedule step and initial dependency count, and the HTML page whose player
+steps through the schedule (x's accumulation waits at count 2, then 1, then runs).
+
+Run:  python examples/j_engine_probes_counting.py [--out DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import pathlib
 import sys
@@ -300,7 +305,7 @@ def matmul_weights(params) -> int:
 # -- main -----------------------------------------------------------------------------------------------
 
 
-def main(verbose: bool = True) -> dict:
+def main(verbose: bool = True, out=None) -> dict:
     say = print if verbose else (lambda *a, **k: None)
     params = DEC.init_params()
     tokens, targets = DEC.data()
@@ -387,9 +392,23 @@ def main(verbose: bool = True) -> dict:
         "Q K^T and probabilities times V: 4*T*D per token per block forward, the full T x T computed under "
         "the mask) and every elementwise op and reduction (LayerNorm, softmax, GELU, residual adds, the loss), "
         "large here because the model is narrow.")
-    return {"engine": eng, "accumulate": acc, "probes": pr, "saved": sv, "fused_per_block": fused,
-            "torch_per_block": torch_block, "flops": fl, "n_weights": DEC.count_weights(params)}
+    figures = {"engine": eng, "accumulate": acc, "probes": pr, "saved": sv, "fused_per_block": fused,
+               "torch_per_block": torch_block, "flops": fl, "n_weights": DEC.count_weights(params)}
+    if out is not None:
+        written = gr.trace_grad(two_branches, W0).render(pathlib.Path(out) / "j_two_branches")
+        figures["files"] = {k: str(v) for k, v in written.items()}
+        say(f"\nFiles (--out {out}), .dot sources and the forward/backward diagrams beside them:")
+        for key, what in (("joint.svg", "the two-branch graph, each backward node with its step and count"),
+                          ("html", "the report: its player steps through the schedule")):
+            if key in figures["files"]:
+                say(f"   {what}: {figures['files'][key]}")
+    else:
+        say("\nPictures: --out DIR writes the two-branch graph's diagrams and report; "
+            "notebooks/j_engine_kernels_and_rulers.py shows them inline.")
+    return figures
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", metavar="DIR", help="write the two-branch graph's diagrams and report into DIR")
+    main(out=ap.parse_args().out)

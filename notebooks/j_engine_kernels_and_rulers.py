@@ -12,7 +12,6 @@ import course
 import j_engine_probes_counting as J
 import j_fused_kernels as JK
 import j_wrong_steps_and_rulers as JW
-import numpy as np
 from IPython.display import display
 
 import gradir as gr
@@ -25,8 +24,7 @@ figures = J.main()
 # backward node shows its schedule step and initial dependency count; the player steps through them.
 
 # %%
-two_branches = lambda x: gr.sum(gr.tanh(x) + gr.sin(x))  # noqa: E731
-display(gr.trace_grad(two_branches, np.array([0.5, -1.0])))
+display(gr.trace_grad(J.two_branches, J.W0))
 
 # %%
 kernels = JK.main()

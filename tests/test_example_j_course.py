@@ -9,11 +9,13 @@ dependency counts, the per-block saved count and the matmul flops from the model
 from __future__ import annotations
 
 import math
+import pathlib
 
 import numpy as np
 import pytest
 from examples_util import load, run
 
+import gradir as gr
 from gradir.core.errors import ShapeError
 
 torch = pytest.importorskip("torch")
@@ -277,3 +279,16 @@ def test_flops_per_token_against_6n(engine):
         run_torch()[0].backward()
     mine = sum(fl[p][k] for p in ("forward", "backward") for k in ("weight matmuls", "attention matmuls"))
     assert mine * fl["tokens"] == counter.get_total_flops()
+
+
+def test_engine_out_writes_the_two_branch_graph_with_its_counts(tmp_path):
+    if not gr.viz.dot_available():
+        pytest.skip("the dot program is not installed")
+    mod = load("j_engine_probes_counting")
+    f, text = run(mod, False, tmp_path)
+    joint = pathlib.Path(f["files"]["joint.svg"]).read_text()
+    # x = sin(w) feeds two branches: the accumulation of its two cotangents starts at count 2 (read off the
+    # schedule's own initial counts, which test_engine_rule checks against the graph)
+    counts = f["engine"]["initial_counts"]
+    assert counts[f["engine"]["acc"]] == 2
+    assert "deps 2" in joint and "player-data" in pathlib.Path(f["files"]["html"]).read_text()

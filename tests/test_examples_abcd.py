@@ -4,6 +4,7 @@ independent oracles (float64 torch autograd, hand-derived rules) for what the ex
 from __future__ import annotations
 
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -55,6 +56,25 @@ def test_a_tape_and_ir_values(a):
     assert f["tape_vs_ir"] < 1e-15
     for figure in ("-0.9051482536", "-0.1807066389", "0.2710599584", "graph loss {"):
         assert figure in text
+
+
+def test_a_out_draws_the_tape_as_a_graph_with_data_and_grads(tmp_path):
+    if not gr.viz.dot_available():
+        pytest.skip("the dot program is not installed")
+    f, text = run(load("a_scalar_three_ways"), False, tmp_path)
+    tape = (tmp_path / "a_tape.svg").read_text()
+    # each value's data and grad, from torch float64 (the oracle) at the label's 4 significant figures
+    (L, (da, db)) = torch_grads(lambda a, b: torch.tanh(a * b + a), 1.5, -2.0)
+    for label in (f"data {L:.4g}", f"grad {da:.4g}", f"grad {db:.4g}", "data 1.5", "data &#45;2", "grad 1<"):
+        assert label.replace("-", "&#45;") in tape, label
+    assert f["files"]["tape.svg"] == str(tmp_path / "a_tape.svg")
+    html = pathlib.Path(f["files"]["html"]).read_text()
+    assert "player-data" in html and not list(tmp_path.glob("*.tmp"))  # the schedule player is in the report
+
+
+def test_examples_without_out_say_where_their_pictures_are(a):
+    _, text = a
+    assert "Pictures: --out DIR draws the tape as a graph" in text and "notebooks/a_scalar_three_ways.py" in text
 
 
 def test_a_two_paths_into_a(a):
