@@ -387,7 +387,7 @@ def test_memory_timeline_svg_and_png(remat, plain, tmp_path):
     root = ET.parse(path).getroot()
     text = " ".join(t.text or "" for t in root.iter(SVG + "text"))
     for name, p in plans.items():
-        assert f"{name}: peak {human_bytes(p.peak_bytes)}" in text
+        assert f"{name} peak {human_bytes(p.peak_bytes)}" in text  # two lines: the name, then the figures
     # saved spans: activations the forward keeps (4x8 float64 = 256 B each); no remat keeps tanh
     # and add of each of 4 blocks, uniform keeps block1's add and blocks 2-3's tanh and add
     assert "saved for backward: 8 buffers, 2.00 KiB" in text

@@ -111,7 +111,8 @@ def _draw(ax_live, ax_spans, name: str, plan, panel: int = 0, buckets=None):
         where = plan.where(plan.peak_step)  # "backward step 18": the step as the printed plans number it
         ax_live.annotate(f"peak {human_bytes(plan.peak_bytes)} ({where})", (plan.peak_step, plan.peak_bytes),
                          xytext=(dx, 8), textcoords="offset points", ha=ha, fontsize=8, color="#dc2626", gid=f"peak{panel}")
-    ax_live.set_title(f"{name}: peak {human_bytes(plan.peak_bytes)}, lower bound {human_bytes(plan.lower_bound_bytes)}",
+    # two lines: side by side panels leave each title half the figure's width
+    ax_live.set_title(f"{name}\npeak {human_bytes(plan.peak_bytes)}, lower bound {human_bytes(plan.lower_bound_bytes)}",
                       fontsize=9)
     ax_live.set_ylabel("live bytes")
     if not plan.buffers:

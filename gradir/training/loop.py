@@ -291,7 +291,7 @@ def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = N
             ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
-        ax.set_title(title or "training loss")
+        ax.set_title(title or "training loss", wrap=True)  # wrapped at the figure's edge, not cut
         ax.grid(alpha=0.3)
         if losses or series:
             ax.legend(loc="upper right")
