@@ -148,7 +148,16 @@ SHAPES = [
          grad=False),  # torch does not differentiate scatter's reduce=
     Case("select slice scatter", lambda x, s, t: (torch.select_scatter(x, s, 1, -1),
                                                   torch.slice_scatter(x, t, 1, 0, 4, 2)), (r(2, 4), r(2), r(2, 2))),
+    # decompose=False keeps F.normalize's aten.expand_as
+    Case("expand_as normalize", lambda x, y: (F.normalize(x, dim=-1), F.normalize(x, p=1.0, dim=0), x.expand_as(y)),
+         (r(2, 3), r(4, 2, 3))),
 ]
+
+def _usv(usv):
+    """torch.svd's U, S, V by what does not depend on the singular vectors' signs: U^2, S, V^2 and U diag(S) V^T."""
+    u, s, v = usv
+    return u ** 2, s, v ** 2, (u * s.unsqueeze(-2)) @ v.mT
+
 
 LINALG = [
     Case("inv", lambda a: (torch.linalg.inv(a), torch.linalg.inv_ex(a)[0], torch.inverse(a)), (well(),)),
@@ -165,6 +174,12 @@ LINALG = [
                             torch.linalg.eigvalsh(a, UPLO="U")), (spd(),)),
     Case("svd", lambda a: (torch.linalg.svd(a, full_matrices=False)[0] ** 2, torch.linalg.svd(a)[1],
                            torch.linalg.svdvals(a)), (r(4, 3),)),
+    # torch's older spellings (aten.slogdet, aten.cholesky, aten.svd): svd's V is linalg's Vh transposed, some=False
+    # its full U and V (a square A's; a non-square A's S alone), compute_uv=False torch's zero-filled U and V
+    Case("torch.slogdet torch.cholesky", lambda a, s: (*torch.slogdet(a), torch.cholesky(s), torch.cholesky(s, upper=True)),
+         (well(), spd())),
+    Case("torch.svd", lambda a, q: (*_usv(torch.svd(a)), torch.svd(a, some=False)[1], *torch.svd(a, compute_uv=False),
+                                    *_usv(torch.svd(q, some=False))), (r(4, 3), r(3, 3))),
     Case("products", lambda a, b, c: (torch.linalg.cross(a, b), torch.cross(a, b, dim=1),
                                       torch.tensordot(a, c, dims=([1], [0])), torch.kron(a[:2, :2], c),
                                       torch.inner(a, b)), (r(2, 3), r(2, 3), r(3, 2))),
@@ -335,6 +350,19 @@ def test_linalg_error_checks_and_their_effect_tokens_are_dropped():
     _close(f.in_torch(params, a).numpy(), fn(a).numpy(), "the captured graph in torch")
     with pytest.raises(GradirError, match="[Ss]ingular"):
         f(params, np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("decompose", [True, False], ids=["core-aten", "decompose-False"])
+def test_torch_svd_full_u_and_v_of_a_non_square_matrix_is_linalg_svds_error(decompose):
+    """torch.svd(some=False) is linalg_svd(full_matrices=True): a non-square A's full U or V is the same clear error."""
+    def fn(a):
+        u, s, v = torch.svd(a, some=False)
+        return u.sum() + s.sum() + v.sum()
+
+    a = r(4, 3)
+    f, params = gr.from_torch(fn, a, decompose=decompose)
+    with pytest.raises(UnsupportedOpError, match="full_matrices=True on a non-square"):
+        f(params, a.numpy())
 
 
 def test_quantiles_computed_in_the_model_are_a_clear_error_when_traced():

@@ -63,6 +63,27 @@ def _svd(full_matrices):
     return svd
 
 
+def _svd_uv(a, some=True, compute_uv=True):
+    """svd (torch.svd) -> (U, S, V): linalg_svd's with V = Vh^T (full U and V for some=False, so a non-square
+    A's U or V read is linalg_svd's error); compute_uv=False gives S and torch's zero-filled U (m, m), V (n, n)."""
+    if not compute_uv:
+        batch, (m, n) = shape_of(a)[:-2], shape_of(a)[-2:]
+        return Multi(lambda: ops.full(batch + (m, m), 0, a.dtype), lambda: la.svdvals(a),
+                     lambda: ops.full(batch + (n, n), 0, a.dtype))
+    usvh = _svd(True)(a, full_matrices=not some)
+    return Multi(lambda: usvh[0], lambda: usvh[1], lambda: la.matrix_transpose(usvh[2]))
+
+
+def _slogdet_pair(a):
+    """linalg_slogdet / slogdet -> (sign, logabsdet)."""
+    return Multi.of_one_call(lambda: la.slogdet(a), 2)
+
+
+def _cholesky(a, upper=False):
+    """linalg_cholesky / cholesky (torch.cholesky, deprecated; both upper=False by default)."""
+    return la.cholesky(a, upper=upper)
+
+
 LINALG = {
     "mm": ops.matmul, "bmm": ops.matmul, "matmul": ops.matmul, "dot": ops.matmul, "outer": ops.outer,
     "addmm": lambda i, a, b, beta=1, alpha=1: ops.addmm(i, a, b, beta=beta, alpha=alpha),
@@ -81,18 +102,18 @@ LINALG = {
                                    not_computed("_linalg_det", "pivots")),
     "linalg_det": la.det, "det": la.det,
     "_linalg_slogdet": _slogdet,
-    "linalg_slogdet": lambda a: Multi.of_one_call(lambda: la.slogdet(a), 2),
+    "linalg_slogdet": _slogdet_pair, "slogdet": _slogdet_pair,
     "_linalg_solve_ex": _solve_ex, "linalg_solve": _solve,
     "linalg_solve_ex": lambda a, b, left=True, check_errors=False: Multi(lambda: _solve(a, b, left), lambda: _info(a)),
     "linalg_solve_triangular": lambda a, b, upper, left=True, unitriangular=False: la.solve_triangular(
         a, b, lower=not upper, left=left, unit_diagonal=unitriangular),
-    "linalg_cholesky_ex": lambda a, upper=False, check_errors=False: Multi(lambda: la.cholesky(a, upper=upper),
+    "linalg_cholesky_ex": lambda a, upper=False, check_errors=False: Multi(lambda: _cholesky(a, upper),
                                                                            lambda: _info(a)),
-    "linalg_cholesky": lambda a, upper=False: la.cholesky(a, upper=upper),
+    "linalg_cholesky": _cholesky, "cholesky": _cholesky,
     "linalg_qr": lambda a, mode="reduced": Multi.of_one_call(lambda: la.qr(a, mode), 2),
     "_linalg_eigh": _eigh, "linalg_eigh": _eigh,
     "linalg_eigvalsh": lambda a, UPLO="L": la.eigvalsh(_lower(a, UPLO)),
-    "_linalg_svd": _svd(False), "linalg_svd": _svd(True),
+    "_linalg_svd": _svd(False), "linalg_svd": _svd(True), "svd": _svd_uv,
     "linalg_svdvals": lambda a, driver=None: la.svdvals(a),
 }
 

@@ -166,6 +166,7 @@ SHAPES = {
     "view": lambda x, size: ops.reshape(x, tuple(size)), "_unsafe_view": lambda x, size: ops.reshape(x, tuple(size)),
     "reshape": lambda x, size: ops.reshape(x, tuple(size)), "view_copy": lambda x, size: ops.reshape(x, tuple(size)),
     "expand": _expand, "expand_copy": _expand, "permute": _permute, "permute_copy": _permute,
+    "expand_as": lambda x, other: _expand(x, shape_of(other)),
     "transpose": lambda x, a, b: ops.swapaxes(x, a, b) if ndim_of(x) else x, "numpy_T": lambda x: ops.transpose(x),
     "mT": lambda x: ops.swapaxes(x, -2, -1),
     "squeeze": _squeeze, "unsqueeze": _unsqueeze, "flatten": _flatten, "unflatten": _unflatten,
