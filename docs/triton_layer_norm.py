@@ -1,4 +1,4 @@
-"""The Triton kernel the README shows: `python docs/triton_layer_norm.py` prints it.
+"""The Triton kernel docs/triton.md shows: `python docs/triton_layer_norm.py` prints it.
 
 LayerNorm's backward (the gradients of sum(layer_norm(x, gain, bias) * dy) for x, gain and bias, 64 rows
 of 256 float32) compiled by the Triton backend: one kernel, one program per row, the whole row in

@@ -1,6 +1,6 @@
 """gradir: a graph compiler for automatic differentiation you can read, check and draw.
 
-The face: the public names, gathered from the layers (README, Layout); no module of the package imports it.
+The face: the public names, gathered from the layers (docs/layout.md); no module of the package imports it.
 
     import gradir as gr
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)

@@ -2,4 +2,5 @@
 
 from gradir.cli.app import app
 
-app(prog_name="gradir")
+if __name__ == "__main__":  # importing this module (documentation tools walk the package) runs nothing
+    app(prog_name="gradir")

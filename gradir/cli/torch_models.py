@@ -1,6 +1,6 @@
 """PyTorch model files for the command line: `model()` returns an `nn.Module`.
 
-Convention (README, "PyTorch models"): `model()` takes no arguments and returns the module;
+Convention (docs/pytorch.md): `model()` takes no arguments and returns the module;
 `example_inputs()` returns the forward's arguments, then the loss's targets; `loss(output, *targets)`,
 written with torch ops, is optional (without it the module's output is differentiated: a bigger tensor's
 sum, a model output's "loss", with a note on stderr saying which; several outputs need a loss). The

@@ -262,7 +262,7 @@ def _at_least_1d(x, index):
 
 
 def gather(x, axis, index):
-    """torch.gather (numpy.take_along_axis with torch's shapes): out[i][j] = x[index[i][j]][j] for
+    """torch.gather (numpy.take_along_axis with torch's shapes): `out[i][j] = x[index[i][j]][j]` for
     axis 0. index has x's number of dimensions and is at most x's size off `axis`; the result has
     index's shape (a 0-d x or index counts as 1-d, as torch). One `take` on the flattened x, so the
     gradient is a scatter-add into x."""
@@ -286,7 +286,7 @@ def _scatter_source(x, src, index_shape, op):
 
 
 def scatter_add(x, axis, index, src):
-    """torch.scatter_add: x with src[i][j] added at x[index[i][j]][j] (axis 0); repeated positions
+    """torch.scatter_add: x with `src[i][j]` added at `x[index[i][j]][j]` (axis 0); repeated positions
     accumulate (a 0-d x, index or src counts as 1-d, as torch). Differentiable in x (identity) and src
     (a gather of the cotangent)."""
     shape = lift(x).shape
@@ -298,7 +298,7 @@ def scatter_add(x, axis, index, src):
 
 
 def scatter(x, axis, index, src):
-    """torch.scatter: x with x[index[i][j]][j] = src[i][j] (axis 0); src may be a scalar. With
+    """torch.scatter: x with `x[index[i][j]][j] = src[i][j]` (axis 0); src may be a scalar. With
     repeated positions the last write wins (torch leaves the order unspecified). Differentiable in x
     (zero where overwritten) and src; a 0-d x, index or src counts as 1-d, as torch."""
     shape = lift(x).shape
