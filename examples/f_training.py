@@ -8,19 +8,25 @@
    microbatches of 3 and 4. Each microbatch's mean loss, weighted by 3/7 and 4/7, is backpropagated
    in turn and `.grad` accumulates: the sum equals the full-batch gradient to ~1e-16. Without the
    weights the accumulated gradient is the sum of two means, about twice the full-batch one (our
-   data: norm ratio 1.90; the reference's data gave 2.01). The ratio is near 2 because both
-   microbatch means are near the full-batch mean.
+   data: norm ratio 1.90; the course's data, not given in TEACHING.md, gave 2.01). With g the full
+   gradient and g_a the first microbatch's, the sum of the two means is 2 g + (g_a - g)/4, so the ratio is 2 to
+   within r/4, r = |g_a - g|/|g|: near 2 when both microbatch means are near the full mean.
 2. Two simulated data-parallel ranks hold 3 and 4 of the examples, each computes its mean-loss
    gradient on its own parameter replica, and an "all-reduce" combines them. The naive mean of the
-   two rank means is off by (g1 - g2)/14 (relative error 0.14 on our data; 0.16 on the
-   reference's); weighting by example counts (3/7, 4/7) recovers the full-batch gradient.
+   two rank means is off by (g1 - g2)/14, a relative error of r/8 (0.14 on our data; the course's 0.16
+   means r = 1.28 on its data, which puts its section-1 ratio within 2 +- 0.32: its 2.01 is); weighting
+   by example counts (3/7, 4/7) recovers the full-batch gradient.
 3. XOR: a 2-4-1 tanh MLP (17 parameters), sum of squared errors against targets -1/+1, in float64.
    Initialisation (the course's): 17 draws of `random.Random(seed).uniform(-1, 1)` filled into W1,
    b1, W2, b2 in that order, each tensor row-major in PyTorch's nn.Linear layout (W1 is (4, 2):
    out_features x in_features, and the layer computes tanh(X @ W1.T + b1)). This is the convention
    that gives the course's step-0 loss 5.260514 on seed 0 (W1 filled as (2, 4) gives 6.775364).
-   A central difference on one weight checks the gradient before training. Adam (lr=0.05, betas 0.9/0.999,
-   eps 1e-8, 2000 steps, PyTorch's update) on seed 0 reproduces the course's final loss 0.000089 and
+   A central difference (h=1e-5) on W1[0][0], the course's weight, checks the gradient before training:
+   |diff| 4.4e-11 here, 9.89e-13 in the course (its h not given). Both are within one rounding step: the
+   two losses differ by a whole number of ulp(L), so the difference moves in steps of ulp(L)/(2h) =
+   4.4e-11 at L = 5.26, and which step a program lands on is its rounding's (the examples summed in
+   another order land two steps off). Adam (lr=0.05, betas 0.9/0.999, eps 1e-8, 2000 steps, PyTorch's
+   update) on seed 0 reproduces the course's final loss 0.000089 and
    predictions -0.9973, +0.9952, +0.9948, -0.9944. Full-batch gradient descent, lr=0.5, 2000 steps, seeds
    0..9: a run is "stuck" when its final loss is >= 1 (a saturated output of the wrong sign costs (1 -
    (-1))^2 = 4 per example, so stuck runs sit near 4 or 8). The course reports 7/10 stuck (seeds 0, 4, 5, 6,
@@ -30,8 +36,16 @@
    with the four examples summed in another order (rows permuted; mathematically the same loss and
    gradient), in float32, or in PyTorch, sticks on other seeds and other counts; and so does the same
    program on another CPU, whose BLAS and NumPy pick other kernels that round differently (PyTorch float32's
-   count differs between two of our machines). The step function is `gr.compile(gr.value_and_grad(loss))`;
-   gradient descent is written out, Adam is `gr.optim.adam`.
+   count differs between two of our machines). The course computed with scalar Python floats;
+   `scalar_gd` is that computation (NumPy over seeds, each entry the Python float program's number bit
+   for bit) with the choices such a program makes: tanh as math.tanh, (e^2z - 1)/(e^2z + 1) (micrograd's)
+   or (e^z - e^-z)/(e^z + e^-z); 1 - t^2 as t*t or t**2 (Python's pow, which is not always t*t to the last
+   bit); biases first or last in each sum; the four examples' gradients added 0..3 or 3..0. Seven such
+   programs are printed; none gives the course's list, nor did the 48 combinations of these options we
+   tried, PyTorch float32 and float64 with nn.Linear and torch.optim.SGD, nor a micrograd Value engine
+   (whose children sit in a Python set, ordered by memory address: eight runs of the same program gave
+   seven lists, none the course's). The course's list needs the course's exact program. The step function
+   is `gr.compile(gr.value_and_grad(loss))`; gradient descent is written out, Adam is `gr.optim.adam`.
 
 4. How one XOR step's backward runs: the backward program of the 2-4-1 loss at seed 0's
    initialisation, its dependency-counted schedule step by step and the memory timeline of forward
@@ -52,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import pathlib
 import random
 import tempfile
@@ -98,9 +113,14 @@ def accumulation() -> dict:
     for Xk, yk in parts:
         mse(w, b, Xk, yk).backward()
     unweighted = flat_grad(w, b)
+    w, b = fresh_params()
+    mse(w, b, *parts[0]).backward()
+    first = flat_grad(w, b)  # the first microbatch's mean gradient
+    r = float(np.linalg.norm(first - full) / np.linalg.norm(full))
     return {"full": full.tolist(), "weighted": weighted.tolist(), "unweighted": unweighted.tolist(),
             "weighted_maxdiff": float(np.max(np.abs(weighted - full))),
-            "unweighted_norm_ratio": float(np.linalg.norm(unweighted) / np.linalg.norm(full))}
+            "unweighted_norm_ratio": float(np.linalg.norm(unweighted) / np.linalg.norm(full)),
+            "first_rel_distance": r}
 
 
 def data_parallel() -> dict:
@@ -128,6 +148,8 @@ XOR_X = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
 XOR_Y = np.array([-1.0, 1.0, 1.0, -1.0])
 STUCK = 1.0
 COURSE_STUCK = [0, 4, 5, 6, 7, 8, 9]  # the seeds the course's run left stuck
+# the course's figures beside ours: TEACHING.md's norm ratio and naive-mean error; its gradcheck of W1[0][0]
+COURSE = {"norm_ratio": 2.01, "naive_rel_error": 0.16, "gradcheck_abs_diff": 9.89e-13}
 EXAMPLE_ORDERS = ([3, 2, 1, 0], [1, 0, 3, 2], [0, 2, 1, 3])  # the same four examples, other row orders
 
 
@@ -176,20 +198,108 @@ def adam(p: dict, steps: int = 2000, lr: float = 0.05, b1: float = 0.9, b2: floa
     return p
 
 
-def gradcheck_one_weight(seed: int = 0, h: float = 1e-5) -> dict:
-    """d loss / d W1[1, 0] by autodiff vs a central difference of the loss."""
+def gradcheck_one_weight(seed: int = 0, h: float = 1e-5, at=(0, 0), order=(0, 1, 2, 3)) -> dict:
+    """d loss / d W1[at] by autodiff vs a central difference of the loss, the examples summed in `order`.
+    The two losses are numbers near L, so their difference is a whole number of ulp(L) and the central
+    difference moves in steps of ulp(L) / (2h): `step`."""
     p = xor_init(seed)
-    _, g = xor_step(p, XOR_X, XOR_Y)
+    X, Y = XOR_X[list(order)], XOR_Y[list(order)]
+    _, g = xor_step(p, X, Y)
 
     def f(w):
         q = p | {"W1": p["W1"].copy()}
-        q["W1"][1, 0] = w
-        return float(xor_loss(q, XOR_X, XOR_Y))
+        q["W1"][at] = w
+        return float(xor_loss(q, X, Y))
 
-    w = p["W1"][1, 0]
+    w = p["W1"][at]
     numeric = (f(w + h) - f(w - h)) / (2 * h)
-    return {"analytic": float(g["W1"][1, 0]), "numeric": numeric, "abs_diff": abs(float(g["W1"][1, 0]) - numeric),
-            "h": h}
+    step = float(np.spacing(f(w))) / (2 * h)
+    return {"at": list(at), "analytic": float(g["W1"][at]), "numeric": numeric,
+            "abs_diff": abs(float(g["W1"][at]) - numeric), "h": h, "step": step, "order": list(order)}
+
+
+# The course's computation is scalar Python floats; its program (the order of its sums, its tanh, its square) is not
+# given. These options change only that: each is the same mathematics and the same initialisation.
+_py_tanh = np.frompyfunc(math.tanh, 1, 1)
+_py_exp = np.frompyfunc(math.exp, 1, 1)
+_py_square = np.frompyfunc(lambda t: t ** 2, 1, 1)  # Python's float pow: not always t * t to the last bit
+SCALAR_VARIANTS = [  # options of scalar_gd, one table row each
+    {}, {"order": "backward"}, {"bias": "first"}, {"square": "pow"}, {"tanh": "exp"}, {"tanh": "sinhcosh"},
+    # micrograd's formulas (sum(wi*xi, b), tanh via exp(2z), (1 - t**2), (o - y)**2) in the order its engine adds a
+    # weight's four contributions when a node's children are kept in order (a Python set, as in micrograd, orders
+    # them by memory address: the same program then gives another stuck list from one run to the next)
+    {"tanh": "exp", "square": "pow", "bias": "first", "order": "backward"},
+]
+TANH_FORMULAS = {"math": "math.tanh(z)", "exp": "(e^2z-1)/(e^2z+1)", "sinhcosh": "(e^z-e^-z)/(e^z+e^-z)"}
+
+
+def scalar_gd(seeds, tanh: str = "math", square: str = "mul", bias: str = "last", order: str = "forward",
+              steps: int = 2000, lr: float = 0.5) -> tuple:
+    """Gradient descent on XOR as a scalar Python program computes it, for several seeds at once.
+
+    Each array entry is one seed's computation: NumPy's elementwise +, -, * and / round as Python's floats do,
+    and tanh, exp and the square (`square="pow"`: t ** 2) call Python's own functions, so every entry is the
+    Python-float program's number, bit for bit. Options: `tanh` math.tanh, "exp" (e^2z - 1)/(e^2z + 1) (micrograd's)
+    or "sinhcosh" (e^z - e^-z)/(e^z + e^-z); `square` how 1 - t^2 and (o - y)^2 square (t * t or t ** 2); `bias`
+    first or last in each neuron's sum (w0*x0 + w1*x1 + b, or b + w0*x0 + ...); `order` the order the four
+    examples' gradients are added ("forward" 0..3 or "backward" 3..0, as a micrograd-style engine's reverse
+    topological order runs them). Returns (step-0 losses, final losses), arrays over `seeds`."""
+    rngs = [random.Random(s) for s in seeds]
+    P = np.array([[r.uniform(-1, 1) for _ in range(17)] for r in rngs]).T.copy()  # (17, seeds): W1, b1, W2, b2
+
+    def th(z):
+        if tanh == "math":
+            return _py_tanh(z).astype(float)
+        if tanh == "exp":
+            e = _py_exp(2 * z).astype(float)
+            return (e - 1) / (e + 1)
+        a, b = _py_exp(z).astype(float), _py_exp(-z).astype(float)
+        return (a - b) / (a + b)
+
+    sq = (lambda t: t * t) if square == "mul" else (lambda t: _py_square(t).astype(float))
+
+    def forward(P, x):
+        W1, b1, W2, b2 = P[0:8].reshape(4, 2, -1), P[8:12], P[12:16], P[16]
+        terms = [W1[:, 0] * x[0], W1[:, 1] * x[1]]
+        z1 = (b1 + terms[0]) + terms[1] if bias == "first" else (terms[0] + terms[1]) + b1
+        h = th(z1)  # (4, seeds)
+        z2 = b2 + W2[0] * h[0] if bias == "first" else W2[0] * h[0]
+        for j in range(1, 4):
+            z2 = z2 + W2[j] * h[j]
+        return h, th(z2 if bias == "first" else z2 + b2)
+
+    def loss(P):
+        L = 0.0
+        for x, y in zip(XOR_X.tolist(), XOR_Y.tolist()):
+            L = L + sq(forward(P, x)[1] - y)
+        return L
+
+    L0 = loss(P)
+    examples = range(4) if order == "forward" else range(3, -1, -1)
+    for _ in range(steps):
+        G = np.zeros_like(P)
+        for e in examples:
+            x, y = XOR_X[e].tolist(), float(XOR_Y[e])
+            h, o = forward(P, x)
+            dz2 = (1 - sq(o)) * (2 * (o - y))
+            G[12:16] += h * dz2
+            G[16] += dz2
+            dz1 = (1 - sq(h)) * (P[12:16] * dz2)
+            G[0:8:2] += dz1 * x[0]
+            G[1:8:2] += dz1 * x[1]
+            G[8:12] += dz1
+        P = P - lr * G  # = p + (-lr * grad): lr = 0.5 scales exactly
+    return L0, loss(P)
+
+
+def scalar_variants(seeds=range(10)) -> list:
+    rows = []
+    for opts in SCALAR_VARIANTS:
+        L0, L = scalar_gd(seeds, **opts)
+        o = {"tanh": "math", "square": "mul", "bias": "last", "order": "forward"} | opts
+        rows.append(o | {"step0_loss_seed0": float(L0[0]), "finals": dict(zip(seeds, L.tolist())),
+                         "stuck": [s for s, v in zip(seeds, L) if v >= STUCK]})
+    return rows
 
 
 def gd_finals(seeds, dtype=np.float64, order=(0, 1, 2, 3), curves: dict | None = None) -> dict:
@@ -260,7 +370,8 @@ def xor(seeds=range(10), variants: bool = True) -> dict:
            "final_loss": finals, "stuck": stuck_of(finals), "n_stuck": len(stuck_of(finals)),
            "adam_seed0": {"gd_final": finals.get(0), "final": float(xor_loss(p, XOR_X, XOR_Y)),
                           "predictions": np.asarray(xor_forward(p, XOR_X)).tolist()},
-           "gradcheck": gradcheck_one_weight()}
+           "gradcheck": gradcheck_one_weight(), "gradcheck_W1_10": gradcheck_one_weight(at=(1, 0)),
+           "gradcheck_rows_0132": gradcheck_one_weight(order=(0, 1, 3, 2))}
     if variants:  # the same mathematics, other roundings
         out["variants"] = {"gradir float32": gd_finals(seeds, np.float32)}
         for order in EXAMPLE_ORDERS:
@@ -270,6 +381,7 @@ def xor(seeds=range(10), variants: bool = True) -> dict:
             if finals_t is not None:
                 out["variants"][f"PyTorch {name}"] = finals_t
         out["nudged"] = {"seed": NUDGED_SEED, "finals": ulp_nudges()}
+        out["scalar"] = scalar_variants(seeds)
     return out
 
 
@@ -385,19 +497,37 @@ def main(verbose: bool = True, out=None) -> dict:
         print(f"   full-batch gradient          {np.round(a['full'], 6).tolist()}")
         print(f"   weighted 3/7 + 4/7, via .grad {np.round(a['weighted'], 6).tolist()}  max |diff| "
               f"{a['weighted_maxdiff']:.1e}")
+        r, c = a["first_rel_distance"], COURSE
         print(f"   unweighted (sum of means)    {np.round(a['unweighted'], 6).tolist()}  norm ratio to full "
-              f"{a['unweighted_norm_ratio']:.2f}")
+              f"{a['unweighted_norm_ratio']:.2f}  (the course: {c['norm_ratio']:.2f}, on its own data)")
+        say(f"Why the two differ: TEACHING.md does not give the course's data, and the ratio depends on them. With g the "
+            f"full-batch gradient and g_a, g_b the microbatch means, 3 g_a + 4 g_b = 7 g, so g_a + g_b = 2 g + (g_a - g)/4: "
+            f"the ratio is 2 to within r/4, r = |g_a - g|/|g| (ours: r = {r:.2f}, ratio within 2 +- {r / 4:.2f}). "
+            f"It is near 2 when both microbatch means are near the full mean.")
         d = figures["data_parallel"]
         print(f"2. two data-parallel ranks holding {d['counts'][0]} and {d['counts'][1]} examples:")
-        print(f"   naive mean of rank means: relative error {d['naive_rel_error']:.2f}")
+        print(f"   naive mean of rank means: relative error {d['naive_rel_error']:.2f}  (the course: "
+              f"{c['naive_rel_error']:.2f}, on its own data)")
+        say(f"Why: the naive mean minus the full gradient is (g_a - g_b)/14 = (7/4)(g_a - g)/14, a relative error of r/8 "
+            f"(ours: {r:.2f}/8 = {r / 8:.2f}), data-dependent like section 1's ratio. The course's {c['naive_rel_error']} "
+            f"means r = {8 * c['naive_rel_error']:.2f} on its data, for which section 1 puts the ratio within 2 +- "
+            f"{2 * c['naive_rel_error']:.2f}: its {c['norm_ratio']} is consistent with that.")
         print(f"   count-weighted (3/7, 4/7): relative error {d['weighted_rel_error']:.1e}")
         x = figures["xor"]
         gc = x["gradcheck"]
         print(f"3. XOR, 2-4-1 tanh MLP ({x['n_params']} parameters), sum of squared errors, targets -1/+1;")
         print("   the course's initialisation: random.Random(seed).uniform(-1, 1) for W1 (4x2), b1, W2 (1x4), b2, row-major")
         print(f"   step-0 loss on seed 0: {x['step0_loss_seed0']:.6f}  (the course: 5.260514)")
-        print(f"   gradcheck of W1[1,0] before training: autodiff {gc['analytic']:.12f}, central difference "
-              f"(h={gc['h']:g}) {gc['numeric']:.12f}, |diff| {gc['abs_diff']:.1e}")
+        g10, g2 = x["gradcheck_W1_10"], x["gradcheck_rows_0132"]
+        print(f"   gradcheck of W1[0,0] (the course's weight) before training: autodiff {gc['analytic']:.12f}, central "
+              f"difference (h={gc['h']:g}) {gc['numeric']:.12f}, |diff| {gc['abs_diff']:.2e}  (the course: "
+              f"{COURSE['gradcheck_abs_diff']:.2e}, its h not given); W1[1,0]: |diff| {g10['abs_diff']:.2e}")
+        say(f"Why they differ: the two losses of a central difference are near L = {x['step0_loss_seed0']:.2f}, so their "
+            f"difference is a whole number of ulp(L) and at h={gc['h']:g} the central difference moves in steps of "
+            f"ulp(L)/(2h) = {gc['step']:.2e}. Ours is off by {gc['abs_diff'] / gc['step']:.2f} step, the course's by "
+            f"{COURSE['gradcheck_abs_diff'] / gc['step']:.2f} (if its h was {gc['h']:g} too); the four examples summed in the "
+            f"order {g2['order']} give |diff| {g2['abs_diff']:.2e} ({g2['abs_diff'] / g2['step']:.2f} steps) with the "
+            f"same h and weight: which step the rounding lands on is the program's, as with the stuck seeds below.")
         a = x["adam_seed0"]
         print(f"   Adam lr=0.05 (betas 0.9/0.999, eps 1e-8), 2000 steps on seed 0: final loss {a['final']:.6f}, "
               f"predictions {' '.join(f'{v:+.4f}' for v in a['predictions'])}")
@@ -422,6 +552,23 @@ def main(verbose: bool = True, out=None) -> dict:
                 "program at one precision on one machine, not to the initialisation."
                 + (f" PyTorch float32 (its default dtype) sticks {len(stuck_of(x['variants']['PyTorch float32']))}/10 "
                    f"here, on another CPU another count." if "PyTorch float32" in x["variants"] else ""))
+            rows = x["scalar"]
+            say("The course computed with scalar Python floats (issue 23); its program is not given. The same descent "
+                "as a scalar Python program (every number the Python float one, bit for bit), with the options such a program "
+                "chooses; each row starts from the course's initialisation:")
+            print(f"     {'tanh':22s} {'square':6s} {'bias':6s} {'grads added':11s} {'step-0 loss':11s} stuck")
+            for v in rows:
+                print(f"     {TANH_FORMULAS[v['tanh']]:22s} {'t**2' if v['square'] == 'pow' else 't*t':6s} {v['bias']:6s} "
+                      f"{'0..3' if v['order'] == 'forward' else '3..0':11s} {v['step0_loss_seed0']:<11.6f} "
+                      f"{len(v['stuck'])}/10 {v['stuck']}")
+            print(f"     {'the course':62s} {len(COURSE_STUCK)}/10 {COURSE_STUCK}")
+            same = [i for i, v in enumerate(rows) if v["stuck"] == COURSE_STUCK]
+            lists = len({tuple(v["stuck"]) for v in rows})
+            say((f"Row(s) {same} give the course's list. " if same else f"None of these {len(rows)} programs gives the "
+                 "course's list. ") + f"They give {lists} different lists, and all start from the course's step-0 loss "
+                f"(5.260514 on seed 0): the count depends on the order of the sums "
+                "and on the tanh and square formulas, not on the initialisation (which is the course's: step-0 loss and "
+                "Adam's figures above), so the course's list needs the course's exact program.")
         print("4. how one step's backward runs, XOR 2-4-1 at seed 0:")
     figures["xor_backward"], j = xor_backward_story(verbose=verbose)
     with tempfile.TemporaryDirectory() as tmp:
