@@ -34,6 +34,8 @@ Run:  python examples/g_depth_and_number_formats.py
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 import gradir as gr
@@ -44,6 +46,34 @@ RELU_DEPTHS = (1, 10, 50)
 FP16_VALUES = (1e-4, 1e-6, 1e-7, 1e-8)
 SCALE = 65536.0
 GPT2_PARAMS = 124_439_808
+
+# The course's figures (TEACHING.md, section G), printed beside ours as "(the course: X)".
+COURSE = {
+    "tanh": {(1.0, 1): 7.864e-1, (1.0, 10): 2.228e-1, (1.0, 50): 3.396e-2, (1.0, 100): 1.306e-2,
+             (3.0, 5): 8.204e-7, (3.0, 10): 2.170e-14, (3.0, 20): 1.518e-29, (3.0, 30): 1.062e-44},
+    "relu_w1": 1.0,                # w = 1 stays 1 at every depth
+    "relu_base": 1.2,              # w = 1.2 gives 1.2^depth
+    "fp16": {1e-4: 1.000e-4, 1e-6: 1.013e-6, 1e-7: 1.192e-7, 1e-8: 0.0},
+    "recovered_1e-8": 9.997e-9,    # 1e-8 through loss scale 65536
+    "scaled_1.0": float("inf"),    # 1.0 * 65536 in float16
+    "dynamic_scale": 16384.0,      # where the dynamic scaler settles for gradients {2.0, 1e-8}
+    "pure_fp16_weight": 1.0,       # 1.0 + 0.0003 two thousand times in float16
+    "fp32_master_weight": 1.6001,  # the same with a float32 master copy (the course: ~1.6001)
+    "bf16_keeps": (1e-8, 1e-10),   # bfloat16 keeps these
+    "bf16_gap": 7.8125e-3,         # bfloat16's gap above 1
+    "adam_bytes_per_param": 16,
+    "adam_gib": 1.854,             # 124,439,808 parameters at 16 bytes
+}
+
+
+def plain(text: str) -> str:
+    """Exponents as the course writes them: 1e-08 -> 1e-8, 7.864e-01 -> 7.864e-1."""
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2), text)
+
+
+def sci(x: float, digits: int = 3) -> str:
+    """A figure as the course writes it: 7.864e-1, 1.062e-44."""
+    return plain(f"{x:.{digits}e}")
 
 
 def chain(act, w: float, depth: int):
@@ -98,19 +128,23 @@ def adam_memory(opt=None):
     return gr.train.memory(loss, params, opt or gr.optim.adam(1e-3), x, y)
 
 
-def compiled_scaler(steps: int = 6) -> tuple[list[float], list[int], dict]:
+def compiled_scaler(steps: int = 6) -> tuple[list[float], list[int], dict, list[dict]]:
     """The dynamic scaler inside a compiled training step (gr.amp.mixed_precision over gr.optim.sgd): weights
     [w0, w1] float32 masters, loss 2.0 * w0 + (1e-4 * w1) * 1e-4 computed in float16, so the gradients are
-    {2.0, 1e-8}. Returns the loss scale used at each step, the cumulative skipped steps and the final state."""
+    {2.0, 1e-8}. Returns the loss scale used at each step, the cumulative skipped steps, the final state and, per
+    step, the weights before and after it and the inner optimizer's step count after it."""
     opt = gr.amp.mixed_precision(gr.optim.sgd(0.1), "float16")
     step = gr.train.train_step(lambda p: p[0] * 2.0 + (p[1] * 1e-4) * 1e-4, opt)
     params, state = np.ones(2, np.float32), opt.init(np.ones(2, np.float32))
-    scales, skipped = [], []
+    scales, skipped, trail = [], [], []
     for _ in range(steps):
         scales.append(float(state["loss_scale"]))
+        before = np.array(params, copy=True).tolist()
         _, params, state = step(params, state)
         skipped.append(int(state["skipped"]))
-    return scales, skipped, state
+        trail.append({"weights_before": before, "weights_after": np.asarray(params).tolist(),
+                      "optimizer_steps": int(state["sgd"]["step"])})
+    return scales, skipped, state, trail
 
 
 def main(verbose: bool = True) -> dict:
@@ -123,60 +157,95 @@ def main(verbose: bool = True) -> dict:
     for w, depths in TANH_DEPTHS.items():
         for d in depths:
             tanh[(w, d)] = float(gr.grad(chain(gr.tanh, w, d))(X0))
-            say(f"  w={w:g} depth {d:3d}: dL/dx = {tanh[(w, d)]:.3e}")
+            say(f"  w={w:g} depth {d:3d}: dL/dx = {tanh[(w, d)]:.3e}  (the course: {sci(COURSE['tanh'][(w, d)])})")
     out["tanh"] = tanh
+    deepest = max(TANH_DEPTHS[3.0])
     say("  w=1: each factor sits a little below 1 and the gradient decays slowly; w=3: the activations saturate,")
-    say("  each factor is far below 1 and the gradient vanishes geometrically (1e-44 after 30 layers).")
+    say(f"  each factor is far below 1 and the gradient vanishes geometrically ({tanh[(3.0, deepest)]:.0e} after "
+        f"{deepest} layers).")
     say("relu chains v_{k+1} = relu(w v_k) from x = 0.5: on a positive input each factor is exactly w:")
 
     relu = {}
     for w in (1.0, 1.2):
         for d in RELU_DEPTHS:
             relu[(w, d)] = float(gr.grad(chain(gr.relu, w, d))(X0))
-            say(f"  relu w={w:g} depth {d:3d}: dL/dx = {relu[(w, d)]:.6g}  (w^depth = {w ** d:.6g})")
+            course = (f"stays {COURSE['relu_w1']:g}" if w == 1.0 else
+                      f"{COURSE['relu_base']:g}^depth = {COURSE['relu_base'] ** d:.6g}")
+            say(f"  relu w={w:g} depth {d:3d}: dL/dx = {relu[(w, d)]:.6g}  (w^depth = {w ** d:.6g})  (the course: {course})")
     out["relu"] = relu
 
-    say("float16 rounding of a gradient (through the float16 cast's VJP). Below 6.1e-5 float16 is subnormal, with a")
-    say("fixed spacing of 6e-8: 1e-6 and 1e-7 keep only a digit or two, and 1e-8, under half the spacing, becomes 0:")
+    f16 = np.finfo(np.float16)
+    say(f"float16 rounding of a gradient (through the float16 cast's VJP). Below {plain(f'{float(f16.tiny):.2g}')} float16 is "
+        "subnormal, with a")
+    say(f"fixed spacing of {plain(f'{float(f16.smallest_subnormal):.1g}')}: 1e-6 and 1e-7 keep only a digit or two, and 1e-8, "
+        "under half the spacing, becomes 0:")
     fp16 = {x: fp16_gradient(x) for x in FP16_VALUES}
     for x, r in fp16.items():
-        say(f"  {x:g} -> {r:.3e}")
+        c = COURSE["fp16"][x]
+        say(f"  {x:g} -> {r:.3e}  (the course: {sci(c) if c else '0'})")
     out["fp16"] = fp16
 
     scaled = fp16_gradient(1e-8, SCALE)
     out["scaled_1e-8"] = scaled
     out["recovered_1e-8"] = float(np.float32(scaled) / np.float32(SCALE))
     out["scaled_1.0"] = fp16_gradient(1.0, SCALE)
-    say(f"loss scale {SCALE:g}: 1e-8 -> {scaled:.4e} in fp16, recovered {out['recovered_1e-8']:.3e}")
-    say(f"loss scale {SCALE:g}: 1.0 -> {out['scaled_1.0']} (float16 max 65504)")
+    say(f"loss scale {SCALE:g}: 1e-8 -> {scaled:.4e} in fp16, recovered {out['recovered_1e-8']:.3e}  "
+        f"(the course: {sci(COURSE['recovered_1e-8'])})")
+    say(f"loss scale {SCALE:g}: 1.0 -> {out['scaled_1.0']} (float16 max {float(f16.max):g})  "
+        f"(the course: {COURSE['scaled_1.0']})")
 
     final, history = dynamic_scale((2.0, 1e-8))
     out["dynamic_scale"], out["dynamic_history"] = final, history
     out["dynamic_recovered_1e-8"] = fp16_gradient(1e-8, final) / final
     say(f"dynamic scaler (halve on overflow) for grads {{2.0, 1e-8}}: {' -> '.join(f'{s:g}' for s in dict.fromkeys(history))}"
-        f", settles at {final:g}; 1e-8 recovered as {out['dynamic_recovered_1e-8']:.3e}")
+        f", settles at {final:g}  (the course: {COURSE['dynamic_scale']:g})")
+    say(f"  1e-8 recovered at that scale as {out['dynamic_recovered_1e-8']:.3e}")
 
-    scales, skipped, _ = compiled_scaler()
-    out["compiled_scales"], out["compiled_skipped"] = scales, skipped
-    say("The same scaler inside one compiled training step (gr.amp.mixed_precision(gr.optim.sgd(0.1), 'float16')),")
-    say("the scale each step uses and the count of skipped steps after it: 65536 (above float16's max itself) and")
-    say("32768 (times the gradient 2.0) overflow, 16384 holds:")
-    say("  step  loss scale  skipped so far")
-    for k, (sc, sk) in enumerate(zip(scales, skipped)):
-        say(f"  {k:4d}  {sc:10g}  {sk:14d}")
-    say("  an overflowing step changes neither the weights nor the optimizer's step count; only the scale halves.")
+    scales, skipped, _, trail = compiled_scaler()
+    out["compiled_scales"], out["compiled_skipped"], out["compiled_trail"] = scales, skipped, trail
+    overflowed = [k for k in range(len(scales)) if skipped[k] > (skipped[k - 1] if k else 0)]
+    held = next(sc for k, sc in enumerate(scales) if k not in overflowed)
+
+    def why(sc):
+        return "above float16's max itself" if sc > float(f16.max) else f"times the gradient 2.0: {2 * sc:g}"
+    say("The same scaler inside one compiled training step (gr.amp.mixed_precision(gr.optim.sgd(0.1), 'float16')):")
+    say("the scale each step uses, the weights [w0, w1] before and after it, the inner optimizer's step count and the")
+    say("count of skipped steps after it.")
+    say(f"{' and '.join(f'{scales[k]:g} ({why(scales[k])})' for k in overflowed)} overflow float16 "
+        f"(max {float(f16.max):g}); {held:g} holds:")
+    say("  step  loss scale  weights before  weights after  optimizer steps  skipped so far")
+    for k, (sc, sk, t) in enumerate(zip(scales, skipped, trail)):
+        before, after = (", ".join(f"{v:g}" for v in t[key]) for key in ("weights_before", "weights_after"))
+        say(f"  {k:4d}  {sc:10g}  {'[' + before + ']':>14}  {'[' + after + ']':>13}  {t['optimizer_steps']:15d}  {sk:14d}")
+    kept = all(trail[k]["weights_after"] == trail[k]["weights_before"]
+               and trail[k]["optimizer_steps"] == (trail[k - 1]["optimizer_steps"] if k else 0)
+               and scales[k + 1] == scales[k] / 2 for k in overflowed if k + 1 < len(scales))
+    out["overflow_changes_nothing_but_the_scale"] = kept
+    steps = " and ".join(str(k) for k in overflowed)
+    if kept:
+        say(f"  steps {steps} overflowed: the weights after equal the weights before, the optimizer's step count "
+            f"stays {trail[overflowed[-1]]['optimizer_steps']};")
+        say(f"  only the scale halves ({' -> '.join(f'{sc:g}' for sc in dict.fromkeys(scales))}).")
+    else:
+        say(f"  steps {steps} overflowed, and the table shows more than the scale changing at them.")
 
     w16, master = accumulate()
     out["pure_fp16_weight"], out["fp32_master_weight"] = w16, master
-    say(f"1.0 + 0.0003 x 2000: pure float16 weight {w16:.4f}, float32 master {master:.4f}")
-    say("  (float16's gap above 1 is 2^-10 = 0.00098: 0.0003 is under half of it, so each sum rounds back to 1.0;")
-    say("  float32's gap there is 1.2e-7, so the master copy keeps every update, to its rounding: 1.6001, not 1.6)")
+    exact = 1.0 + 2000 * 0.0003
+    say(f"1.0 + 0.0003 x 2000: pure float16 weight {w16:.4f}, float32 master {master:.4f}  "
+        f"(the course: {COURSE['pure_fp16_weight']:.1f} and ~{COURSE['fp32_master_weight']:.4f})")
+    say(f"  (float16's gap above 1 is 2^-{f16.nmant} = {float(f16.eps):.2g}: 0.0003 is under half of it, so each sum rounds "
+        f"back to {w16:.1f};")
+    say(f"  float32's gap there is {plain(f'{float(np.finfo(np.float32).eps):.2g}')}, so the master copy keeps every update, to "
+        f"its rounding: {master:.4f}, not {exact:g})")
 
     bf = {x: float(gr.astype(np.float32(x), gr.bfloat16)) for x in (1e-8, 1e-10)}
     one = gr.astype(np.float32(1.0), gr.bfloat16)
     gap = float(np.nextafter(one, gr.astype(np.float32(2.0), gr.bfloat16))) - 1.0
     out["bf16"], out["bf16_gap"] = bf, gap
-    say(f"bfloat16: 1e-8 -> {bf[1e-8]:.4e}, 1e-10 -> {bf[1e-10]:.4e}, gap above 1 = {gap:.7g}")
+    say(f"bfloat16: 1e-8 -> {bf[1e-8]:.4e}, 1e-10 -> {bf[1e-10]:.4e}  (the course: keeps "
+        f"{' and '.join(plain(f'{x:g}') for x in COURSE['bf16_keeps'])})")
+    say(f"  gap above 1 = {gap:.7g}  (the course: {sci(COURSE['bf16_gap'], 4)})")
     say("  (float32's exponent range, so tiny gradients survive without scaling, but 8 bits of mantissa: coarse steps)")
 
     report = adam_memory()
@@ -185,13 +254,15 @@ def main(verbose: bool = True) -> dict:
     out["adam_bytes_per_param"], out["adam_gib"] = per_param, gib
     say("Adam training memory, read off one traced float32 training step (gr.train.memory):")
     say("  " + report.text().replace("\n", "\n  "))
-    say(f"  -> {per_param:g} bytes/parameter; {GPT2_PARAMS:,} parameters (GPT-2 small) -> {gib:.3f} GiB")
+    say(f"  -> {per_param:g} bytes/parameter; {GPT2_PARAMS:,} parameters (GPT-2 small) -> {gib:.3f} GiB  "
+        f"(the course: {COURSE['adam_bytes_per_param']} bytes, {COURSE['adam_gib']:.3f} GiB)")
     mixed = adam_memory(gr.amp.mixed_precision(gr.optim.adam(1e-3), "float16"))
     out["mixed_bytes_per_param"] = mixed.bytes_per_parameter
     say("The same step in mixed precision (float16 compute, float32 master weights and moments):")
     say("  " + mixed.text().replace("\n", "\n  "))
     say(f"  -> {mixed.bytes_per_parameter:g} bytes/parameter: the float16 copy of the weights the forward computes "
-        "with is the extra 2 (the gradients of the float32 masters arrive in float32)")
+        "with is the extra 2")
+    say("     (the gradients of the float32 masters arrive in float32)")
     say("\nPictures: notebooks/g_depth_and_number_formats.py shows a tanh chain's joint forward/backward diagram inline.")
     return out
 

@@ -30,6 +30,10 @@ import gradir as gr
 
 SHAPES = {"conv1_w": (8, 3, 3, 3), "conv1_b": (8,), "conv2_w": (16, 8, 3, 3), "conv2_b": (16,),
           "fc_w": (10, 16), "fc_b": (10,)}
+# The course's figures (TEACHING.md, section H), printed beside ours as "(the course: X)".
+COURSE = {"size_32_3_1_1_2": 16,                                  # n=32, k=3, p=1, d=1, s=2
+          "param_counts": {"conv1": 224, "conv2": 1168, "linear": 170}, "total_params": 1562,
+          "upstream": 4.0, "max_pool_to_max": 4.0, "avg_pool_each": 1.0}  # a 2x2 window's pooling backward
 PROBES = {"conv1_w": ((0, 0, 0, 0), (3, 1, 2, 1), (7, 2, 1, 2)), "x": ((0, 0, 0, 0), (1, 2, 15, 16), (0, 1, 31, 7))}
 
 
@@ -110,7 +114,9 @@ def main(verbose: bool = True) -> dict:
     for n, k, p, d, s in cases:
         y = gr.nn.conv2d(np.zeros((1, 1, n, n)), np.zeros((1, 1, k, k)), padding=p, dilation=d, stride=s)
         sizes.append((n, k, p, d, s, out_size(n, k, p, d, s), y.shape[2], y.shape[3]))
-        say(f"n={n} k={k} p={p} d={d} s={s}: formula {out_size(n, k, p, d, s)}, conv2d output {y.shape[2]}x{y.shape[3]}")
+        course = f"  (the course: {COURSE['size_32_3_1_1_2']})" if (n, k, p, d, s) == (32, 3, 1, 1, 2) else ""
+        say(f"n={n} k={k} p={p} d={d} s={s}: formula {out_size(n, k, p, d, s)}, conv2d output {y.shape[2]}x{y.shape[3]}"
+            + course)
     out["sizes"] = sizes
     out["size_32_3_1_1_2"] = out_size(32, 3, p=1, d=1, s=2)
 
@@ -124,7 +130,9 @@ def main(verbose: bool = True) -> dict:
     say("the CNN, layer by layer, on a batch of 2 images (output shape, parameters):")
     for name, shape, n in out["layers"]:
         say(f"  {name:26s} {str(shape):16s} {n:>6,}" if n else f"  {name:26s} {str(shape)}")
-    say(f"parameters: {counts['conv1']:,} + {counts['conv2']:,} + {counts['linear']:,} = {out['total_params']:,}")
+    cc = COURSE["param_counts"]
+    say(f"parameters: {counts['conv1']:,} + {counts['conv2']:,} + {counts['linear']:,} = {out['total_params']:,}  "
+        f"(the course: {cc['conv1']:,} + {cc['conv2']:,} + {cc['linear']:,} = {COURSE['total_params']:,})")
 
     args = (x, *params.values(), labels)
     loss, grads = gr.value_and_grad(cnn_loss, argnums=tuple(range(7)))(*args)
@@ -147,11 +155,16 @@ def main(verbose: bool = True) -> dict:
     out["central"] = numeric
 
     window = np.array([[1.0, 3.0], [2.0, 0.5]])
-    out["max_pool_grad"] = pool_backward(gr.nn.max_pool2d, window)
-    out["avg_pool_grad"] = pool_backward(gr.nn.avg_pool2d, window)
-    say(f"2x2 window {window.tolist()}, upstream gradient 4:")
-    say(f"  max pool backward: {out['max_pool_grad'].tolist()} (all 4 to the maximum)")
-    say(f"  avg pool backward: {out['avg_pool_grad'].tolist()} (1 each)")
+    up = COURSE["upstream"]
+    out["max_pool_grad"] = pool_backward(gr.nn.max_pool2d, window, up)
+    out["avg_pool_grad"] = pool_backward(gr.nn.avg_pool2d, window, up)
+    say(f"2x2 window {window.tolist()}, upstream gradient {up:g}:")
+    mx, avg = out["max_pool_grad"], out["avg_pool_grad"]
+    whole = mx.sum() == mx.max() == up and mx.argmax() == window.argmax()
+    to_max = f"all {mx.max():g} to the maximum" if whole else f"{mx.max():g} to the maximum"
+    each = f"{avg.flat[0]:g} each" if np.all(avg == avg.flat[0]) else "unevenly"
+    say(f"  max pool backward: {mx.tolist()} ({to_max})  (the course: {up:g} -> {COURSE['max_pool_to_max']:g})")
+    say(f"  avg pool backward: {avg.tolist()} ({each})  (the course: {up:g} -> {COURSE['avg_pool_each']:g} each)")
     say("\nPictures: notebooks/h_convolutions.py shows the CNN's graph inline.")
     return out
 
