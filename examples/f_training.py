@@ -553,7 +553,7 @@ def main(verbose: bool = True, out=None) -> dict:
                 + (f" PyTorch float32 (its default dtype) sticks {len(stuck_of(x['variants']['PyTorch float32']))}/10 "
                    f"here, on another CPU another count." if "PyTorch float32" in x["variants"] else ""))
             rows = x["scalar"]
-            say("The course computed with scalar Python floats (issue 23); its program is not given. The same descent "
+            say("The course's program is not given; it is said to have computed with scalar Python floats. The same descent "
                 "as a scalar Python program (every number the Python float one, bit for bit), with the options such a program "
                 "chooses; each row starts from the course's initialisation:")
             print(f"     {'tanh':22s} {'square':6s} {'bias':6s} {'grads added':11s} {'step-0 loss':11s} stuck")
