@@ -138,7 +138,7 @@ def test_graph_diagram_one_node_per_value_one_edge_per_operand_use(scalar, which
 def test_tooltips_carry_the_ir_line_and_source_line(remat):
     graph = remat.graph
     lines = str(graph).splitlines()[1:-2]  # one per value, in %k order
-    svg = render(viz.graph_diagram(graph))
+    svg = render(viz.graph_diagram(graph, collapse_repeats=False))  # (node by node: four alike blocks would be boxes)
     by_id = {title(n): n for n in groups_of(svg, "node")}
     for k, v in enumerate(graph.all_values()):
         tip = " ".join(tooltip_of(by_id[f"v{k}"]).split())  # dot writes runs of spaces as no-break spaces
@@ -154,7 +154,7 @@ def test_tooltips_carry_the_ir_line_and_source_line(remat):
 @needs_dot
 def test_scopes_become_clusters_holding_their_nodes(remat):
     graph = remat.graph
-    layout = dot_json(viz.graph_diagram(graph))
+    layout = dot_json(viz.graph_diagram(graph, collapse_repeats=False))  # (test_viz_repeated: boxes instead)
     names = {o["_gvid"]: o["name"] for o in layout["objects"]}
     clusters = {o["label"]: {names[i] for i in o.get("nodes", [])} for o in layout["objects"]
                 if o["name"].startswith("cluster_") and o["label"] != "legend"}
@@ -164,14 +164,14 @@ def test_scopes_become_clusters_holding_their_nodes(remat):
             expected.setdefault(v.scope[0], set()).add(f"v{k}")
     assert set(expected) == {"block0", "block1", "block2", "block3"}
     assert clusters == expected
-    svg = render(viz.graph_diagram(graph))
+    svg = render(viz.graph_diagram(graph, collapse_repeats=False))
     assert {title(c) for c in groups_of(svg, "cluster")} >= {f"cluster_v{s}" for s in expected}
 
 
 @needs_dot
 def test_backward_nodes_show_schedule_step_and_dependency_count(plain):
     bwd, sched = plain.backward, plain.schedule
-    svg = render(viz.graph_diagram(bwd, schedule=sched))
+    svg = render(viz.graph_diagram(bwd, schedule=sched, collapse_repeats=False))
     by_id = {title(n): n for n in groups_of(svg, "node")}
     nodes = set(bwd.nodes)
     step = {}
@@ -224,7 +224,7 @@ def saved_edges(svg):
 def test_joint_diagram_saved_edges_match_the_saved_report(fixture, request):
     gt = request.getfixturevalue(fixture)
     part = gt.partition
-    svg = render(viz.joint_diagram(gt))
+    svg = render(viz.joint_diagram(gt, collapse_repeats=False))  # (node by node: one node per value)
     edges = saved_edges(svg)
     assert len(edges) == gt.saved.count == len(part.residuals)
     k = part.forward.num_forward_outputs
@@ -499,7 +499,10 @@ def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_p
 
     raw = written["html"].read_text()
     page = parse_page(written["html"])
-    assert page.top_svgs == 6  # forward, backward, their kernels, joint, memory plot
+    # forward, backward, their kernels, joint, memory plot; and each of the forward's four alike blocks drawn alone,
+    # the detail its box expands into (the backward's blocks differ: segment ends and recomputation)
+    assert raw.count("<details data-expand=") == 4
+    assert page.top_svgs == 6 + 4
     assert_self_contained(page, raw)
     pres = page.pres
     assert remat.forward.to_text() in pres and remat.backward.to_text() in pres
@@ -512,7 +515,9 @@ def test_write_report_writes_every_file_and_one_self_contained_html(remat, tmp_p
     ids = [v for t, k, v in page.attrs if k == "id"]
     assert len(ids) == len(set(ids))
     drawn = ("forward", "backward", "forward.kernels", "backward.kernels", "joint")
-    assert raw.count('class="node"') == sum(written[f"{k}.svg"].read_text().count('class="node"') for k in drawn)
+    figures = re.sub(r'<div class="scope-details">.*?</details></div>', "", raw, flags=re.S)  # (without the details)
+    nodes = re.compile(r'class="node[ "]')  # (a box's classes follow "node")
+    assert len(nodes.findall(figures)) == sum(len(nodes.findall(written[f"{k}.svg"].read_text())) for k in drawn)
     # progress: a call per step (each diagram, the plot, the page), steps done never decreasing, then done
     steps = [c[0] for c in calls]
     assert {"drawing forward", "drawing backward", "drawing joint", "plotting memory"} <= set(steps)

@@ -2,7 +2,8 @@
 the HTML report from disk, steps through the backward schedule with the arrow keys, the buttons and the slider,
 and reads what the page shows at every step. The oracle is the printed plan: each step's node, the counts it
 decremented and the ready queue as the schedule report gives them, the live bytes and the peak as the memory
-plan gives them, and the running node outlined in the backward diagram; the page logs nothing to its console."""
+plan gives them, and the running node outlined in the backward diagram (or, for a node of a repeated scope drawn as
+one box, that box: the scope its IR node carries names the box); the page logs nothing to its console."""
 
 from __future__ import annotations
 
@@ -65,16 +66,38 @@ def expected(gt, t: int) -> dict[str, str]:
             "node id": f"v{gt.backward.number(s.node)}"}
 
 
-def check_step(browser, gt, t: int) -> None:
+def drawn_as(browser, gt) -> dict:
+    """Each backward node's diagram element (its SVG title): `v<number>`, or for a node of a scope drawn as one box
+    (the box's first text line names the scope) that box's. A node's scope is the one its IR node carries; a
+    constant's, the one all its readers share (a constant several scopes read is none of them's)."""
+    boxes = {}
+    for g in browser.find_elements(By.CSS_SELECTOR, "#fig-backward g.gradir-scope"):
+        name = g.find_element(By.TAG_NAME, "text").get_attribute("textContent").strip()
+        boxes[name] = g.find_element(By.TAG_NAME, "title").get_attribute("textContent").strip()
+    graph, users = gt.backward, gt.backward.users()
+    top = lambda v: next((s for s in v.scope if s != "recompute"), None)
+    out = {}
+    for v in graph.nodes:
+        tops = {top(u) for u in users[v]} if v.op == "const" and users[v] else {top(v)}
+        out[v] = boxes.get(tops.pop(), f"v{graph.number(v)}") if len(tops) == 1 else f"v{graph.number(v)}"
+    return out
+
+
+def check_step(browser, gt, t: int, drawn: dict | None = None) -> None:
     player = browser.find_element(By.ID, "player")
     got, want = shown(player), expected(gt, t)
     assert got["now"].startswith(want["now"])
     assert got["counts"] == (want["counts"] or "none")
     assert got["queue"].startswith(want["queue"])
     assert got["live"].startswith(want["live"])
+    drawn = drawn or {s.node: f"v{gt.backward.number(s.node)}" for s in gt.schedule.steps}
     running = browser.find_elements(By.CSS_SELECTOR, "#fig-backward g.node.running title")
-    assert [r.get_attribute("textContent").strip() for r in running] == [want["node id"]]
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#fig-backward g.node.ran")) == t
+    assert [r.get_attribute("textContent").strip() for r in running] == [drawn[gt.schedule.steps[t].node]]
+    # faded: the elements all of whose nodes ran before step t (a box is several steps)
+    last = {}
+    for s in gt.schedule.steps:
+        last[drawn[s.node]] = max(last.get(drawn[s.node], -1), s.index)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#fig-backward g.node.ran")) == sum(k < t for k in last.values())
     assert player.find_element(By.CSS_SELECTOR, "input[type=range]").get_attribute("value") == str(t)
 
 
@@ -86,37 +109,40 @@ def test_the_player_steps_through_the_printed_schedule(browser, tmp_path, case):
         gt = gr.trace_grad(blocks_model, *blocks_args(), argnums=1)
     written = viz.write_report(gt, tmp_path, "loss")
     browser.get(written["html"].resolve().as_uri())
+    drawn = drawn_as(browser, gt)
+    boxed = {drawn[v] for v in drawn if drawn[v] != f"v{gt.backward.number(v)}"}
+    assert len(boxed) == (3 if case == "blocks" else 0)  # blocks 1-3 of four share one backward structure: a box each
     last = len(gt.schedule.steps) - 1
     body = browser.find_element(By.TAG_NAME, "body")
-    check_step(browser, gt, 0)
+    check_step(browser, gt, 0, drawn)
     for t in range(1, last + 1):  # the right arrow, every step
         body.send_keys(Keys.ARROW_RIGHT)
-        check_step(browser, gt, t)
+        check_step(browser, gt, t, drawn)
     body.send_keys(Keys.ARROW_RIGHT)  # past the end: stays
-    check_step(browser, gt, last)
+    check_step(browser, gt, last, drawn)
     body.send_keys(Keys.ARROW_LEFT)
-    check_step(browser, gt, last - 1)
+    check_step(browser, gt, last - 1, drawn)
     player = browser.find_element(By.ID, "player")
     player.find_element(By.CLASS_NAME, "first").click()
-    check_step(browser, gt, 0)
+    check_step(browser, gt, 0, drawn)
     player.find_element(By.CLASS_NAME, "next").click()
-    check_step(browser, gt, 1)
+    check_step(browser, gt, 1, drawn)
     player.find_element(By.CLASS_NAME, "prev").click()
-    check_step(browser, gt, 0)
+    check_step(browser, gt, 0, drawn)
     player.find_element(By.CLASS_NAME, "last").click()
-    check_step(browser, gt, last)
+    check_step(browser, gt, last, drawn)
     slider = player.find_element(By.CSS_SELECTOR, "input[type=range]")
     slider.send_keys(Keys.HOME)  # a focused slider moves by the keys itself, once per press
-    check_step(browser, gt, 0)
+    check_step(browser, gt, 0, drawn)
     slider.send_keys(Keys.ARROW_RIGHT)
-    check_step(browser, gt, 1)
+    check_step(browser, gt, 1, drawn)
     # the peak is where the memory plan says it is, in the same step numbering
     mem = gt.memory
     peak = mem.peak_step - mem.phases.count("forward")
     if peak >= 0:
         assert mem.where(mem.peak_step) == f"backward step {peak}"
         browser.execute_script(f"arguments[0].value = {peak}; arguments[0].dispatchEvent(new Event('input'))", slider)
-        check_step(browser, gt, peak)
+        check_step(browser, gt, peak, drawn)
         assert shown(player)["live"].endswith("(the peak)")
     assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
 

@@ -4,7 +4,8 @@ Layer rule: imports gradir.util, gradir.core, gradir.ops, gradir.passes, gradir.
 gradir.api or above: a function to draw is traced by the core tracer, a GradTrace is read as given).
 
     from gradir import viz
-    viz.graph_diagram(graph)                  # graphviz.Digraph: .source is the dot text
+    viz.graph_diagram(graph)                  # graphviz.Digraph: .source is the dot text; 3+ alike top-level
+                                              # scopes (12 blocks) one box each (collapse_repeats=False: not)
     viz.joint_diagram(gr.trace_grad(f, x))    # saved tensors as the edges from forward to backward
     viz.kernel_diagram(j.kernels["backward"]) # the fused kernels a compiled backend runs, as clusters
     viz.overview_diagram(graph)               # large graphs: one box per scope or source line

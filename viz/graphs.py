@@ -3,6 +3,9 @@
 - `graph_diagram(graph)`: any Graph. Inputs, constants, outputs and recomputed nodes are drawn
   distinctly (a legend says how); `gr.scope` regions become clusters; tooltips hold the node's IR
   line and source line. With a `schedule`, each node shows its step and initial dependency count.
+  Top-level scopes of one structure repeated MIN_REPEATED_SCOPES or more times (twelve residual
+  blocks) are drawn as one box each instead (`repeated_scopes`; `collapse_repeats=False` turns it
+  off): the HTML report expands a box into its scope's own node-by-node diagram.
 - `kernel_diagram(program)`: a fused program's values, each kernel's nodes as one cluster.
 - `value_diagram(fn, *args)`: micrograd's draw_dot for scalar programs: every value with its data
   and its gradient (the cotangent of the output with respect to it).
@@ -19,8 +22,10 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +40,7 @@ from gradir.core.trace import trace_flat
 from gradir.passes import joint_graph
 from gradir.passes.fusion import kernel_header
 from gradir.passes.partition import RECOMPUTE
-from gradir.passes.report import value_name
+from gradir.passes.report import human_bytes, value_name
 from gradir.util.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
 DOT_TIMEOUT_S = 30  # per diagram (GRADIR_DOT_TIMEOUT overrides); on timeout the report draws a smaller one
@@ -51,6 +56,7 @@ STYLES: dict[str, dict[str, str]] = {  # node attributes per kind of value
     "saved": {"shape": "Mrecord", "style": "filled,bold", "fillcolor": "#fef3c7", "color": "#b45309", "penwidth": "2"},
     "recompute": {"shape": "Mrecord", "style": "filled,dashed", "fillcolor": "#ffedd5", "color": "#ea580c",
                   "penwidth": "2"},
+    "scope": {"shape": "Mrecord", "style": "filled,bold", "fillcolor": "#ede9fe", "color": "#6d28d9", "penwidth": "2"},
 }
 LEGEND_TEXT = {
     "input": "input (argument, parameter, cotangent)",
@@ -59,8 +65,11 @@ LEGEND_TEXT = {
     "output": "output",
     "saved": "saved for backward",
     "recompute": "recomputed in backward",
+    "scope": "a repeated scope as one box (the HTML report expands it on a click)",
 }
 LEGEND_PREFIX = "legend_"
+MIN_REPEATED_SCOPES = 3  # top-level scopes of one structure that are drawn as one box each
+SCOPE_CLASS = "gradir-scope"  # SVG class of a repeated scope's box; "expand-<key>" names its detail, "m-<id>" its members
 
 
 # -- the dot program ---------------------------------------------------------------------------------
@@ -189,6 +198,78 @@ def home_path(v: Value, users: dict[Value, list[Value]]) -> tuple[str, ...]:
     return common
 
 
+def op_histogram(values: list[Value], top: int = 4) -> str:
+    """`add×3, matmul×2, ...`: the `top` most frequent ops of `values`, and how many other ops."""
+    counts = Counter(v.op for v in values).most_common()
+    text = ", ".join(f"{op}×{c:,}" for op, c in counts[:top])
+    return text + (f", +{len(counts) - top} ops" if len(counts) > top else "")
+
+
+# -- repeated scopes ---------------------------------------------------------------------------------
+
+
+def _attrs_key(v: Value) -> tuple:
+    # a constant's value and an input's name are data, not structure
+    return () if v.op in ("input", "const") else tuple(sorted((k, repr(a)) for k, a in v.attrs.items()))
+
+
+def scope_signature(values: list[Value]) -> tuple:
+    """The structure of one scope's values (graph order), names and numbers left out: per value its op,
+    type, attributes, scope path below the top one, whether it is recomputed, and where each operand
+    comes from (its position among `values`, or the type of a value from outside)."""
+    pos = {v: k for k, v in enumerate(values)}
+    return tuple((v.op, v.type_str, _attrs_key(v), _scope_path(v)[1:], is_recomputed(v),
+                  tuple(pos[i] if i in pos else ("outside", i.type_str) for i in v.inputs)) for v in values)
+
+
+def top_scopes(graph: Graph, users: dict[Value, list[Value]] | None = None) -> dict[str, list[Value]]:
+    """Each top-level scope's values (as `home_path` places them), scopes in order of first appearance."""
+    users = graph.users() if users is None else users
+    out: dict[str, list[Value]] = {}
+    for v in graph.all_values():
+        path = home_path(v, users)
+        if path:
+            out.setdefault(path[0], []).append(v)
+    return out
+
+
+def repeated_scopes(graph: Graph, users: dict[Value, list[Value]] | None = None,
+                    min_repeats: int = MIN_REPEATED_SCOPES) -> dict[str, list[Value]]:
+    """The top-level scopes drawn as one box each: those whose `scope_signature` at least
+    `min_repeats` top-level scopes share (block1..block10 of twelve residual blocks; the first and
+    last blocks of a backward program often differ, and stay clusters). {name: values}, in order.
+    (A scope name entered several times is one scope here: its values cannot be told apart.)"""
+    tops = top_scopes(graph, users)
+    alike: dict[tuple, list[str]] = {}
+    for name, vs in tops.items():
+        alike.setdefault(scope_signature(vs), []).append(name)
+    keep = {name for names in alike.values() if len(names) >= min_repeats for name in names}
+    return {name: vs for name, vs in tops.items() if name in keep}
+
+
+def scope_keys(graph: Graph, scopes) -> dict[str, str]:
+    """A key per repeated scope, the same in every diagram of `graph` (the box's SVG class
+    `expand-<key>`; the HTML report's detail of that scope carries `data-expand="<key>"`)."""
+    base = re.sub(r"[^A-Za-z0-9_-]+", "_", graph.name) or "graph"
+    return {name: f"{base}-{k}" for k, name in enumerate(scopes)}
+
+
+def _scope_box(dg: graphviz.Digraph, node_id: str, name: str, values: list[Value], *, key: str, member_ids: list[str],
+               alike: int, roles: Counter, steps: list[int]):
+    """One repeated scope as one box: its name, value count and bytes, op histogram, the outputs and
+    saved values among them, its schedule steps. SVG classes name its detail and its members."""
+    rows = [name, f"{len(values):,} values · {human_bytes(sum(v.nbytes for v in values))}", op_histogram(values)]
+    if roles:
+        rows.append(" · ".join(f"{c} {kind}" for kind, c in sorted(roles.items())))
+    if steps:
+        rows.append(f"steps {min(steps):,}–{max(steps):,}")
+    sources = ", ".join(list(dict.fromkeys(v.source for v in values if v.source))[:4])
+    dg.node(node_id, **dict(STYLES["scope"], group="repeated_scopes", label="{" + "|".join(_esc(r) for r in rows) + "}",
+                            tooltip=f"scope {name}: {len(values):,} values as one box ({alike} top-level scopes "
+                                    f"share its structure)\n{op_histogram(values, 20)}\nsource: {sources or '-'}",
+                            **{"class": " ".join([SCOPE_CLASS, f"expand-{key}", *(f"m-{i}" for i in member_ids)])}))
+
+
 def _new_digraph(name: str, title: str | None, rankdir: str = "TB") -> graphviz.Digraph:
     dg = graphviz.Digraph(name=name)
     dg.attr(rankdir=rankdir, fontname=FONT, labelloc="t", fontsize="16", newrank="true")
@@ -217,9 +298,13 @@ def _emit_clustered(dg: graphviz.Digraph, items: list[tuple[tuple[str, ...], Cal
 
 
 def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, saved: set[Value] = frozenset(),
-               output_role: Callable[[int], str] | None = None) -> tuple[dict[Value, str], set[str]]:
-    """Draw `graph`'s values (clustered by scope) and operand edges into `dg`. Returns each value's
-    node id and the legend kinds used."""
+               output_role: Callable[[int], str] | None = None, collapse_repeats: bool | None = None
+               ) -> tuple[dict[Value, str], set[str]]:
+    """Draw `graph`'s values (clustered by scope) and operand edges into `dg`. Repeated top-level
+    scopes (see `repeated_scopes`; unless `collapse_repeats` is False) are one box each (node id
+    `<prefix>scope<k>`, all in one dot `group`: a chain of blocks stays one straight column), with
+    one edge per pair of nodes values flow between. Returns each value's node id (a box's members:
+    the box's) and the legend kinds used."""
     ids = {v: f"{prefix}{graph.number(v)}" for v in graph.all_values()}
     lines = ir_lines(graph)
     outputs = set(graph.outputs)
@@ -231,9 +316,14 @@ def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, s
         step = {s.node: s.index for s in schedule.steps}
         deps = dict(schedule.initial_counts)
     users = graph.users()
+    boxes = {} if collapse_repeats is False else repeated_scopes(graph, users)
+    keys = scope_keys(graph, boxes)
+    in_box = {v: name for name, vs in boxes.items() for v in vs}
     kinds: set[str] = set()
     items = []
     for v in graph.all_values():
+        if v in in_box:
+            continue
         kind = kind_of(v, outputs, saved)
         kinds.add(kind)
         extra = []
@@ -246,9 +336,29 @@ def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, s
             attrs["style"] += ",dashed"
         items.append((home_path(v, users), lambda g, v=v, attrs=attrs: g.node(ids[v], **attrs)))
     _emit_clustered(dg, items, prefix)
+    alike = Counter(scope_signature(vs) for vs in boxes.values())
+    for k, (name, vs) in enumerate(boxes.items()):
+        box = f"{prefix}scope{k}"
+        roles = Counter(kind for v in vs if (kind := kind_of(v, outputs, saved)) in ("output", "saved"))
+        _scope_box(dg, box, name, vs, key=keys[name], member_ids=[ids[v] for v in vs],
+                   alike=alike[scope_signature(vs)], roles=roles, steps=[step[v] for v in vs if v in step])
+        ids.update((v, box) for v in vs)
+        kinds.add("scope")
+    flows: dict[tuple[str, str], list[Value]] = {}
     for n in graph.nodes:
         for pos, i in enumerate(n.inputs):
-            dg.edge(ids[i], ids[n], tooltip=f"{value_name(i, graph)} -> {value_name(n, graph)} (operand {pos})")
+            a, b = ids[i], ids[n]
+            if i in in_box or n in in_box:
+                if a != b:
+                    flows.setdefault((a, b), []).append(i)
+                continue
+            dg.edge(a, b, tooltip=f"{value_name(i, graph)} -> {value_name(n, graph)} (operand {pos})")
+    for (a, b), uses in flows.items():  # into, out of or between boxes: one edge per pair
+        vals = list(dict.fromkeys(uses))
+        text = f"{len(vals)} values · {human_bytes(sum(v.nbytes for v in vals))}"
+        names = ", ".join(value_name(v, graph) for v in vals[:20]) + (" ..." if len(vals) > 20 else "")
+        dg.edge(a, b, tooltip=f"{text} ({len(uses)} operand uses): {names}",
+                **({"label": f"{len(vals)} values"} if len(vals) > 1 else {}))
     return ids, kinds
 
 
@@ -265,18 +375,23 @@ def _legend(dg: graphviz.Digraph, kinds: set[str], schedule: bool = False):
 
 
 def graph_diagram(graph: Graph, *, schedule=None, title: str | None = None, legend: bool = True,
-                  saved_from: int | None = None, output_names: list[str] | None = None) -> graphviz.Digraph:
+                  saved_from: int | None = None, output_names: list[str] | None = None,
+                  collapse_repeats: bool | None = None) -> graphviz.Digraph:
     """A diagram of `graph`: one node per value (op, shape, dtype; the IR and source line as tooltip),
     one edge per operand use, scopes as clusters. With a `schedule` (passes.schedule.Schedule of
     this graph), each scheduled node shows its step and initial dependency count. `saved_from`:
     outputs from this position on are residuals (a partitioned forward program's saved values).
-    `output_names`: what each output is (a backward program's gradients: `d w1`, ...)."""
-    dg = _new_digraph(graph.name, title or f"graph {graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes")
+    `output_names`: what each output is (a backward program's gradients: `d w1`, ...).
+    `collapse_repeats` (default: on; False: off) draws each top-level scope whose structure
+    MIN_REPEATED_SCOPES or more scopes share as one box (see `repeated_scopes`, `_add_graph`)."""
+    boxes = 0 if collapse_repeats is False else len(repeated_scopes(graph))
+    dg = _new_digraph(graph.name, title or f"graph {graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes"
+                      + (f"; {boxes} repeated scopes as one box each" if boxes else ""))
     saved, role = set(), (output_names.__getitem__ if output_names else None)
     if saved_from is not None:
         saved = set(graph.outputs[saved_from:]) - set(graph.outputs[:saved_from])
         role = lambda i: f"output {i}" if i < saved_from else f"saved #{i - saved_from}"
-    _, kinds = _add_graph(dg, graph, "v", schedule, saved=saved, output_role=role)
+    _, kinds = _add_graph(dg, graph, "v", schedule, saved=saved, output_role=role, collapse_repeats=collapse_repeats)
     if legend:
         _legend(dg, kinds, schedule is not None)
     return dg

@@ -20,14 +20,17 @@ SAVED_BUNDLE_ID = "savedgroup"  # collapsed joint diagrams: one edge per pair of
 
 
 def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, schedule: bool = True,
-                  collapse: bool | None = None, max_boxes: int | None = None) -> graphviz.Digraph:
+                  collapse: bool | None = None, max_boxes: int | None = None,
+                  collapse_repeats: bool | None = None) -> graphviz.Digraph:
     """Forward and backward programs as two clusters; each saved tensor (a partition residual) is a
     highlighted edge (SVG id `saved<i>`, labelled with its size) from the forward value that is kept
     to the backward input receiving it. Backward nodes show their schedule step and dependency count.
     `collapse` (default: when the two programs hold more than LARGE_GRAPH values) draws each side
     as its overview (groups); the saved tensors going from one forward group to the backward group
     that first reads them are then one edge (SVG id `savedgroup<j>`, labelled "k saved · bytes"),
-    and each side has at most `max_boxes` groups (consecutive groups merge beyond)."""
+    and each side has at most `max_boxes` groups (consecutive groups merge beyond). Otherwise each
+    side's repeated scopes are one box each (`collapse_repeats`, as in graphs.graph_diagram); a saved
+    tensor made inside one leaves from its box."""
     part = grad_trace.partition
     fwd, bwd = part.forward, part.backward
     k = fwd.num_forward_outputs or 0
@@ -47,7 +50,8 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
             fids = _add_overview(c, fwd, "fg", edge_labels=False, max_boxes=max_boxes or MAX_BOXES)
         else:
             fids, kf = _add_graph(c, fwd, "f", saved=set(kept) - set(fwd.outputs[:k]),
-                                  output_role=lambda i: f"output {i}" if i < k else f"saved #{i - k}")
+                                  output_role=lambda i: f"output {i}" if i < k else f"saved #{i - k}",
+                                  collapse_repeats=collapse_repeats)
             kinds |= kf
     with dg.subgraph(name="cluster_backward") as c:
         c.attr(label=f"backward ({len(bwd.nodes)} nodes, {grad_trace.schedule.policy} schedule)", style="rounded",
@@ -58,7 +62,8 @@ def joint_diagram(grad_trace, *, title: str | None = None, legend: bool = True, 
         else:
             names = grad_trace.gradient_names  # `d w1`, or by position where outputs are not one per input
             bids, kb = _add_graph(c, bwd, "b", grad_trace.schedule if schedule else None,
-                                  output_role=names.__getitem__ if names else lambda i: f"gradient {i}")
+                                  output_role=names.__getitem__ if names else lambda i: f"gradient {i}",
+                                  collapse_repeats=collapse_repeats)
             kinds |= kb
     pairs = list(zip(kept, bwd.inputs[:nres]))
     nbytes = [e.bytes for e in entries] if len(entries) == len(pairs) else [fv.nbytes for fv, _ in pairs]

@@ -12,7 +12,7 @@ import io
 import graphviz
 from rich.console import Console
 
-from gradir.viz import graphs, joint, player, plots, regions, report
+from gradir.viz import expand, graphs, joint, player, plots, regions, report
 
 
 def diagram_of(obj) -> graphviz.Digraph:
@@ -55,5 +55,5 @@ def _trace_html(gt) -> str:
     figures = [report.figure_html(d, k in inline) for k, d in enumerate(drawn)]
     plans = report.memory_plans(gt)
     plot = plots.memory_timeline_bytes(plans, "svg").decode()
-    return f"<div><style>{report.CSS.replace('body ', '.gradir-report ')}{player.CSS}</style><div class=\"gradir-report\">" \
-           f"{report.report_body(gt, figures, plot, plans)}</div></div>"
+    css = report.CSS.replace("body ", ".gradir-report ") + player.CSS + expand.CSS
+    return f"<div><style>{css}</style><div class=\"gradir-report\">{report.report_body(gt, figures, plot, plans)}</div></div>"

@@ -2,7 +2,8 @@
 
 `player_html(grad_trace)` is one section of the report: buttons, a slider and the arrow keys move through the
 backward schedule, and each step highlights the running node in the backward diagram (its nodes carry the ids
-`graphs` gives them, `v<number>`, as SVG titles) and shows what the printed reports show for that step: the
+`graphs` gives them, `v<number>`, as SVG titles; a node inside a repeated scope's box highlights the box, whose
+SVG classes `m-v<number>` name its members) and shows what the printed reports show for that step: the
 dependency counts it decremented, the ready queue after it, the buffers alive, freed and made, and the live
 bytes against the peak. Steps are numbered as the schedule table and the memory plan number backward steps,
 from 0. The steps travel as JSON in the page with a small script: nothing is fetched.
@@ -42,10 +43,12 @@ SCRIPT = """
   const $ = (sel) => root.querySelector(sel);
   const data = JSON.parse($("script[type='application/json']").textContent);
   const slider = $("input[type=range]");
-  const nodes = {};  // diagram node id -> its <g>
+  const nodes = {};  // diagram node id -> its <g>; a repeated scope's box stands for its members (classes m-<id>)
+  const boxed = {};   // the ids drawn inside a box
   scope.querySelectorAll("#fig-backward g.node").forEach((g) => {
     const t = g.querySelector("title");
     if (t) nodes[t.textContent.trim()] = g;
+    g.classList.forEach((c) => { if (c.startsWith("m-")) { nodes[c.slice(2)] = g; boxed[c.slice(2)] = true; } });
   });
   const list = (items, more) => (items.length ? items.join(", ") : "none") + (more > 0 ? ` … (+${more})` : "");
   let at = 0;
@@ -65,11 +68,16 @@ SCRIPT = """
     $(".freed").textContent = `freed: ${list(names(freed), freedMore)}; new: ${made.length ? names(made).join(", ") : "none"}`;
     $(".bar div").style.width = (data.peak_bytes ? 100 * liveBytes / data.peak_bytes : 0) + "%";
     $(".live").textContent = `${S[live]} live of the ${data.peak} peak` + (at === data.peak_step ? " (the peak)" : "");
+    const state = new Map();  // <g> -> [runs now, all its steps ran]: a box is several steps
     data.steps.forEach((x, k) => {
       const g = nodes[S[x[3]]];
-      if (g) { g.classList.toggle("running", k === at); g.classList.toggle("ran", k < at); }
+      if (!g) return;
+      const [running, ran] = state.get(g) || [false, true];
+      state.set(g, [running || k === at, ran && k < at]);
     });
-    $(".diagram-note").textContent = nodes[S[id]] ? "" : "(this node is not drawn one by one in the diagram above)";
+    state.forEach(([running, ran], g) => { g.classList.toggle("running", running); g.classList.toggle("ran", ran); });
+    $(".diagram-note").textContent = !nodes[S[id]] ? "(this node is not drawn one by one in the diagram above)" :
+      boxed[S[id]] ? "(it runs inside the outlined box, a repeated scope: click the box to see its nodes)" : "";
   }
   $(".first").onclick = () => show(0);
   $(".prev").onclick = () => show(at - 1);

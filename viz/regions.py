@@ -40,6 +40,7 @@ from gradir.viz.graphs import (
     is_recomputed,
     kind_of,
     node_label,
+    op_histogram,
     tooltip,
 )
 
@@ -114,10 +115,7 @@ def regions(graph: Graph, max_regions: int | None = MAX_REGIONS, info: Info | No
     return {packed_name(part): [v for g in part for v in grp[g]] for part in pack(list(grp), max_regions)}
 
 
-def _histogram(values: list[Value], top: int = 4) -> str:
-    counts = Counter(v.op for v in values).most_common()
-    text = ", ".join(f"{op}×{c:,}" for op, c in counts[:top])
-    return text + (f", +{len(counts) - top} ops" if len(counts) > top else "")
+_histogram = op_histogram
 
 
 # -- runs: repeated op sequences ---------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 `write_report(grad_trace, "out", "loss")` writes, each file atomically:
 
-    loss.forward.dot / .svg    the forward program node by node; over LARGE_GRAPH values, an
+    loss.forward.dot / .svg    the forward program node by node (repeated scopes one box each, each
+                               expandable in the HTML into its own diagram); over LARGE_GRAPH values, an
                                overview by scope or source line instead, plus one
                                loss.forward.<region>.dot/.svg per region (at most MAX_REGIONS;
                                regions over REGION_DETAIL values run-length collapsed)
@@ -13,8 +14,9 @@
                                trace's recompute plan, if it has one)
     loss.forward.ir, ...       (programs over IR_LINES lines) the whole IR text
     loss.html                  the report: diagrams inline (nothing fetched) up to INLINE_BYTES of
-                               SVG, further region diagrams linked; the schedule player (player.py,
-                               the page's one script); the IR and the schedule, saved-tensor, memory
+                               SVG, further region diagrams linked; the schedule player (player.py)
+                               and the repeated scopes' expanding boxes (expand.py), the page's two
+                               small inline scripts; the IR and the schedule, saved-tensor, memory
                                and recompute tables, long ones shown by their first and last rows
                                with a line saying what is left out
     loss.manifest.json         the files this run wrote (gradir.util.outfolder: a rerun replaces them)
@@ -40,7 +42,7 @@ from gradir.passes import partition
 from gradir.passes.report import human_bytes
 from gradir.passes.text_table import shown
 from gradir.util.outfolder import OutputFolder
-from gradir.viz import graphs, joint, player, plots, regions
+from gradir.viz import expand, graphs, joint, player, plots, regions
 
 Progress = Callable[[str, int, int], None]  # (what is being done, steps done, steps in all)
 
@@ -234,14 +236,16 @@ def _safe(name: str) -> str:
 @dataclasses.dataclass
 class Figure:
     """One diagram of the report: its file key, caption, diagram, the smaller collapsed diagram that
-    replaces it when `dot` cannot draw it in time, and whether it is a region (linked, not inlined,
-    once the report's inline budget is spent)."""
+    replaces it when `dot` cannot draw it in time, whether it is a region (linked, not inlined,
+    once the report's inline budget is spent), and the details its repeated-scope boxes expand
+    into: (key, name, the scope's own diagram) each (gradir.viz.expand)."""
 
     key: str
     caption: str
     diagram: graphviz.Digraph
     smaller: Callable[[], graphviz.Digraph] | None = None
     region: bool = False
+    details: list[tuple[str, str, graphviz.Digraph]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -249,6 +253,18 @@ class Drawn:
     figure: Figure
     rendered: graphs.Rendered
     replaced: str = ""  # why the smaller diagram was drawn instead of the figure's own
+    details: list[tuple[str, str, graphs.Rendered]] = dataclasses.field(default_factory=list)
+
+
+def scope_details(info: regions.Info) -> list[tuple[str, str, graphviz.Digraph]]:
+    """Each repeated scope of `info.graph` (the boxes of its node-by-node diagrams) drawn alone, node
+    by node, with the values it reads from elsewhere: (key, name, diagram) each."""
+    graph = info.graph
+    boxes = graphs.repeated_scopes(graph, info.users)
+    keys = graphs.scope_keys(graph, boxes)
+    return [(keys[name], f"{name}: {len(vs):,} values, node by node",
+             regions.region_diagram(info, name, vs, collapse=False, title=f"{graph.name}: scope {name}, node by node"))
+            for name, vs in boxes.items()]
 
 
 def _program_figures(side: str, graph, sched, kernels, output_names=None) -> list[Figure]:
@@ -257,7 +273,8 @@ def _program_figures(side: str, graph, sched, kernels, output_names=None) -> lis
         steps = " (schedule step · initial dependency count)" if sched else ""
         out = [Figure(side, f"{side} program{steps}", graphs.graph_diagram(
             graph, schedule=sched, saved_from=None if sched else graph.num_forward_outputs, output_names=output_names),
-            lambda: regions.collapsed_diagram(graph, schedule=sched, max_boxes=SMALLER_BOXES))]
+            lambda: regions.collapsed_diagram(graph, schedule=sched, max_boxes=SMALLER_BOXES),
+            details=scope_details(info))]
         return out + [Figure(f"{side}.kernels", f"{side} program as the {len(kernels.kernels)} fused kernels the "
                              "LLVM backend runs", graphs.kernel_diagram(kernels))]
     parts = regions.regions(graph, info=info)
@@ -294,7 +311,8 @@ def draw(fig: Figure) -> Drawn:
     """Run `dot` on the figure's diagram; if it fails or runs out of time, on its smaller one."""
     first = graphs.render_svg(fig.diagram)
     if first.svg is not None or fig.smaller is None or not graphs.dot_available():
-        return Drawn(fig, first)
+        return Drawn(fig, first, details=[(key, name, graphs.render_svg(dg)) for key, name, dg in fig.details]
+                     if first.svg is not None else [])
     small = fig.smaller()
     why = f"{first.error} on the detailed diagram ({regions.dot_nodes(fig.diagram):,} nodes)"
     second = graphs.render_svg(small)
@@ -332,7 +350,8 @@ def _inlined(drawn: list[Drawn], budget: int = INLINE_BYTES) -> set[int]:
 
 def figure_html(d: Drawn, inline: bool, file: str | None = None) -> str:
     """A <figure>: the SVG inline (scaled to the page, with an "actual size" switch), a link to
-    its file, or a note saying why it was not drawn."""
+    its file, or a note saying why it was not drawn; after it, inline, the details its
+    repeated-scope boxes expand into (gradir.viz.expand)."""
     key = html.escape(_safe(d.figure.key))
     caption = html.escape(d.figure.caption)
     if d.replaced:
@@ -341,6 +360,7 @@ def figure_html(d: Drawn, inline: bool, file: str | None = None) -> str:
     if svg is not None and inline:
         body = (f'<input type="checkbox" class="zoom" id="zoom-{key}"><label for="zoom-{key}">actual size</label>'
                 f'<div class="diagram">{inline_svg(svg, key + "-")}</div>')
+
     elif svg is not None:
         link = (f'<a href="{html.escape(file)}">{html.escape(file)}</a>' if file
                 else "<code>j.render(path)</code> writes it")
@@ -350,7 +370,10 @@ def figure_html(d: Drawn, inline: bool, file: str | None = None) -> str:
         src = html.escape(file.removesuffix(".svg")) if file else "its source"
         body = (f'<p class="note">Diagram not drawn: {html.escape(d.rendered.error)}. Its Graphviz source is '
                 f"<code>{src}.dot</code> (render it with <code>dot -Tsvg {src}.dot -o {src}.svg</code>).</p>")
-    return f'<figure id="fig-{key}"><figcaption>{caption}</figcaption>{body}</figure>'
+    # the scopes its boxes expand into: beside the figure, which holds its one diagram
+    details = expand.details_html([(k, name, None if r.svg is None else inline_svg(r.svg, f"{key}-detail{i}-"), r.error)
+                                   for i, (k, name, r) in enumerate(d.details)]) if svg is not None and inline else ""
+    return f'<figure id="fig-{key}"><figcaption>{caption}</figcaption>{body}</figure>{details}'
 
 
 def _note(d: Drawn, file: str) -> str | None:
@@ -472,6 +495,7 @@ def report_body(gt, figures: list[str], plot_svg: str | None, plans: dict, notes
     parts += figures[:under]
     parts.append('<h3 id="player-section">Step through the backward</h3>' + player.player_html(gt))
     parts += figures[under:]
+    parts.append(f"<script>{expand.SCRIPT}</script>")  # (after the figures: it finds their boxes and details)
     parts.append('<h2 id="memory">Memory</h2>')
     if plot_svg:
         parts.append(f'<figure id="fig-memory"><div class="plot">{inline_svg(plot_svg, "memory-")}</div>'
@@ -492,5 +516,5 @@ def report_html(gt, name: str, figures: list[str], plot_svg: str | None, plans: 
     region diagrams and IR files beside it are followed only when clicked)."""
     title = f"gradir report: {name}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{CSS}{player.CSS}</style></head><body>"
+            f"<title>{html.escape(title)}</title><style>{CSS}{player.CSS}{expand.CSS}</style></head><body>"
             f"<h1>{html.escape(title)}</h1>\n{report_body(gt, figures, plot_svg, plans, notes, ir)}\n</body></html>\n")
