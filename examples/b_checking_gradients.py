@@ -29,6 +29,16 @@ from gradir.ops.conv import fold, unfold
 from gradir.ops.lifting import lift
 
 DATA_SEED, DIRECTION_SEED, H = 0, 1, 1e-5
+
+# The course's figures (TEACHING.md, section B), as the course writes them; each is printed beside ours.
+COURSE = {"every error": "<= ~2e-10", "coordinate 0": "0", "directional, corrupted": "~4e-3..7e-2"}
+
+
+def the_course(figure: str, reason: str = "") -> str:
+    """The course's figure, to append to the line of ours; a reason where ours differs or is a bound."""
+    return f"  (the course: {figure}{'; ' + reason if reason else ''})"
+
+
 _rng = np.random.default_rng(DATA_SEED)
 A = _rng.standard_normal((6, 8))
 X0 = _rng.standard_normal(8)
@@ -53,14 +63,21 @@ def directional_part(say) -> dict:
     say(f"the function under test: L(x) = sum(tanh(A @ x) ** 2), A a fixed {A.shape[0]}x{A.shape[1]} matrix, at a point "
         f"x0 of {X0.size} values; its gradient gr.grad(L)(x0) against central differences along random unit directions")
     say(good)
-    say(f"every error <= {good.max_error:.1e}")
+    say(f"every error <= {good.max_error:.1e}{the_course(COURSE['every error'], 'a bound, ours is within it')}")
     say("negative control: gradient coordinate 3 corrupted by +0.1")
-    say(f"  coordinate-0 check: numeric {coord0[0].numeric:.12f} vs analytic {coord0[0].analytic:.12f}, "
-        f"error {coord0[0].error:.1e}: zero to the check's accuracy, it never looks at coordinate 3")
+    say(f"  coordinate-0 check, e_0 never looks at coordinate 3: numeric {coord0[0].numeric:.12f} "
+        f"vs analytic {coord0[0].analytic:.12f}, error {coord0[0].error:.1e}")
+    why = f"ours is 0 to the check's accuracy, below the {good.max_error:.1e} of the uncorrupted checks above"
+    say(f"  {the_course(COURSE['coordinate 0'], why)}")
     say(bad)
+    bad_errors, bad_v3 = [r.error for r in bad], [abs(r.direction[3]) for r in bad]
+    off = max(abs(e - 0.1 * v3) for e, v3 in zip(bad_errors, bad_v3))
+    say(f"corrupted checks' errors {min(bad_errors):.2e}..{max(bad_errors):.2e}"
+        f"{the_course(COURSE['directional, corrupted'], 'a range over random directions, ours inside it')}")
+    say(f"  each is 0.1 * |v_3| (the corruption seen along v) to within {off:.1e}")
     return {"grad": g, "errors": [r.error for r in good], "coordinate0_error": coord0[0].error,
-            "bad_errors": [r.error for r in bad], "bad_v3": [abs(r.direction[3]) for r in bad],
-            "directions": [r.direction for r in good]}
+            "bad_errors": bad_errors, "bad_v3": bad_v3, "bad_vs_v3": off,
+            "directions": [r.direction for r in good], "max_error": good.max_error}
 
 
 # -- 3. cross-entropy -----------------------------------------------------------------------------------

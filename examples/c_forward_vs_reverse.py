@@ -20,6 +20,18 @@ from gradir.passes import needs_grad
 
 X = (1.5, -2.0, 0.25, -0.75)
 
+# The course's figures (TEACHING.md, section C), as the course writes them; each is printed beside ours.
+COURSE = {
+    "gradient": "[-0.068031297262, 0.051023472946, 0.017007824315, -0.051023472946]",
+    "max difference": "0", "forward mode": "4 seeds x 6 graph ops = 24 op evaluations",
+    "reverse mode": "one forward plus 6 backward rules",
+}
+
+
+def the_course(figure: str, reason: str = "") -> str:
+    """The course's figure, to append to the line of ours; a reason where ours differs or is a bound."""
+    return f"  (the course: {figure}{'; ' + reason if reason else ''})"
+
 
 def loss(x0, x1, x2, x3):
     return gr.tanh(x0 * x1 + x2 * x2 + x3 * x3)
@@ -78,14 +90,17 @@ def main(verbose: bool = True) -> dict:
         "reverse_mode_total": len(ops) + len(rules),
     }
     fmt = lambda v: np.array2string(v, precision=12, floatmode="fixed")
-    say(f"forward mode (gr.jvp, {n_in} seeds): {fmt(fwd)}")
-    say(f"reverse mode (gr.grad)            : {fmt(rev)}")
-    say(f"max |forward - reverse| = {diff:g}")
+    label = f"forward mode (gr.jvp, {n_in} seeds)"
+    say(f"{label:34s}: {fmt(fwd)}")
+    say(f"{'reverse mode (gr.grad)':34s}: {fmt(rev)}")
+    say(" " * (36 - len("(the course: ")) + the_course(COURSE["gradient"])[2:])  # its '[' under ours
+    say(f"max |forward - reverse| = {diff:g}{the_course(COURSE['max difference'])}")
     say(f"forward graph: {len(ops)} ops ({', '.join(n.op for n in ops)})")
-    say(f"forward mode: {n_in} seeds x {len(ops)} ops = {n_in * len(ops)} op evaluations, each with its JVP rule "
-        f"(non-zero tangents per seed: {carriers})")
-    say(f"reverse mode: one forward ({len(ops)} ops) + {len(rules)} backward (VJP) rules "
-        f"= {len(ops) + len(rules)}, for any number of inputs")
+    say(f"forward mode: {n_in} seeds x {len(ops)} ops = {n_in * len(ops)} op evaluations{the_course(COURSE['forward mode'])}")
+    say(f"  each op with its JVP rule (non-zero tangents per seed: {carriers})")
+    say(f"reverse mode: one forward ({len(ops)} ops) + {len(rules)} backward (VJP) rules"
+        f"{the_course(COURSE['reverse mode'])}")
+    say(f"  = {len(ops) + len(rules)}, one backward pass for all {n_in} inputs")
     say("\nPictures: notebooks/c_forward_vs_reverse.py shows the graph and its joint forward/backward diagram inline.")
     return out
 

@@ -51,6 +51,34 @@ EPS = 1e-5
 # 5. residual block: F(h) = tanh(h @ WF), WF chosen for this example
 WF = np.array([[0.5, -1.0, 0.25], [1.0, 0.5, -0.5], [-0.25, 0.75, 1.0]])
 
+# The course's figures (TEACHING.md, section D), as the course writes them; each is printed beside ours
+# (a vector's or matrix's on the line after ours).
+COURSE = {
+    "Y": "[[6.5,8],[17,14]]", "dX": "[[-1,2,6.5],[-1.5,-2,1]]", "dW": "[[-3,4],[-3,6.5],[-3,9]]",
+    "p": "[0.785597034589, 0.175290392140, 0.039112573271]", "L": "0.241311296657",
+    "dL/dz": "[-0.214402965411, 0.175290392140, 0.039112573271]", "dL/dz sum": "~0",
+    "naive": "naive exp overflows (clear error or inf, shown)",
+    "stable": "[0.665240955775, 0.244728471055, 0.090030573170]",
+    "A": "[[0.6698,0.3302],[0.4125,0.5875]]", "O": "[[1.3395,0.3210],[0.8250,1.3499]]",
+    "dV": "[[0.2572,0.4902],[-0.2572,1.0098]]", "dA": "[[2.5,-1.5],[-4,6]]",
+    "dS": "[[0.8847,-0.8847],[-2.4235,2.4235]]", "dQ": "[[0.6256,-0.6256],[-1.7137,1.7137]]",
+    "dK": "[[-0.2312,-1.7137],[0.2312,1.7137]]", "dS rows": "~0",
+    "mask": "masked positions get zero probability and zero gradient, no NaN",
+    "mean": "2.333333333333", "var": "1.555555555556", "rstd": "0.801781148588",
+    "xhat": "[-1.069041531450,-0.267260382863,1.336301914313]", "dx": "[1.088132295123,-1.632197154115,0.544064858993]",
+    "dgamma": "[-1.069041531450,0.534520765725,0.668150957156]", "dbeta": "[1,-2,0.5]",
+}
+
+
+def the_course(figure: str, reason: str = "") -> str:
+    """The course's figure, to append to the line of ours; a reason where ours differs or is a bound."""
+    return f"  (the course: {figure}{'; ' + reason if reason else ''})"
+
+
+def course_line(key: str) -> str:
+    """The course's vector or matrix, for the line after ours."""
+    return "   " + the_course(COURSE[key])
+
 
 def fmt(a, digits=4) -> str:
     return np.array2string(np.asarray(a), precision=digits, floatmode="fixed", suppress_small=True)
@@ -63,7 +91,8 @@ def matmul_part(say) -> dict:
     Y, vjp_fn = gr.vjp(lambda X, W: X @ W, X, W)
     dX, dW = vjp_fn(G_Y)
     say("== 1. Y = X W ==")
-    say(f"Y = {fmt(Y, 1)}\ndX = G W^T = {fmt(dX, 1)}\ndW = X^T G = {fmt(dW, 1)}")
+    say(f"Y = {fmt(Y, 1)}\n{course_line('Y')}\ndX = G W^T = {fmt(dX, 1)}\n{course_line('dX')}")
+    say(f"dW = X^T G = {fmt(dW, 1)}\n{course_line('dW')}")
     return {"Y": Y, "dX": dX, "dW": dW}
 
 
@@ -78,9 +107,12 @@ def softmax_part(say) -> dict:
     naive = gr.divide(e, gr.sum(e))            # ... and inf / inf = nan
     stable = gr.nn.softmax(BIG_LOGITS)         # shifted by the max first: exp(0), exp(-1), exp(-2)
     say("\n== 2. softmax cross-entropy ==")
-    say(f"p = {fmt(p, 12)}\nL = {float(L):.12f}\ndL/dz = {fmt(dz, 12)}  (sum {float(np.sum(dz)):.1e})")
-    say(f"logits {BIG_LOGITS}: naive exp = {e}, naive softmax = {naive}")
-    say(f"stable softmax = {fmt(stable, 12)}")
+    say(f"p = {fmt(p, 12)}\n{course_line('p')}\nL = {float(L):.12f}{the_course(COURSE['L'])}")
+    say(f"dL/dz = {fmt(dz, 12)}\n{course_line('dL/dz')}")
+    say(f"sum of dL/dz = {float(np.sum(dz)):.1e}{the_course(COURSE['dL/dz sum'])}")
+    say(f"logits {BIG_LOGITS}: naive exp = {e}{the_course(COURSE['naive'])}")
+    say(f"  naive softmax = exp / sum(exp) = inf / inf = {naive}")
+    say(f"stable softmax = {fmt(stable, 12)}\n{course_line('stable')}")
     return {"p": p, "L": float(L), "dL_dz": dz, "dL_dz_sum": float(np.sum(dz)), "naive_exp": e,
             "naive_softmax": naive, "stable_softmax": stable}
 
@@ -128,8 +160,16 @@ def attention_part(say) -> dict:
         say(f"\n== 3. {title} ==")
         for k in ("A", "O", "dV", "dA", "dS", "dQ", "dK"):
             say(f"{k:2s} = {fmt(r[k])}")
-        say(f"rows of dS sum to {fmt(r['dS_row_sums'], 1)}; chained VJPs vs whole-head VJP: "
-            f"{r['chain_vs_whole']:.1e}; any NaN: {r['any_nan']}")
+            if r is plain:
+                say(course_line(k))
+        sums = ", ".join(f"{x:.1e}" for x in r["dS_row_sums"])
+        say(f"rows of dS sum to {sums}{the_course(COURSE['dS rows']) if r is plain else ''}")
+        say(f"chained VJPs vs whole-head VJP: {r['chain_vs_whole']:.1e}; any NaN: {r['any_nan']}")
+        if r is causal:
+            masked = ~CAUSAL
+            say(f"masked positions (above the diagonal): A = {fmt(r['A'][masked], 1)}, dS = {fmt(r['dS'][masked], 1)}, "
+                f"any NaN: {r['any_nan']}")
+            say(course_line("mask"))
     return {"attention": plain, "causal": causal}
 
 
@@ -150,9 +190,12 @@ def layer_norm_part(say) -> dict:
     dxhat = LN_UP * GAMMA              # the hand-derived rule, for comparison
     dx_hand = rstd * (dxhat - dxhat.mean() - xhat * (dxhat * xhat).mean())
     say("\n== 4. LayerNorm ==")
-    say(f"mean {float(mean):.12f}  var {float(var):.12f}  rstd {float(rstd):.12f}")
-    say(f"xhat   = {fmt(xhat, 12)}\ny      = {fmt(y, 12)}")
-    say(f"dx     = {fmt(dx, 12)}\ndgamma = {fmt(dgamma, 12)}\ndbeta  = {fmt(dbeta, 12)}")
+    say(f"mean {float(mean):.12f}{the_course(COURSE['mean'])}")
+    say(f"var  {float(var):.12f}{the_course(COURSE['var'])}")
+    say(f"rstd {float(rstd):.12f}{the_course(COURSE['rstd'])}")
+    say(f"xhat   = {fmt(xhat, 12)}\n{course_line('xhat')}\ny      = {fmt(y, 12)}")
+    say(f"dx     = {fmt(dx, 12)}\n{course_line('dx')}\ndgamma = {fmt(dgamma, 12)}\n{course_line('dgamma')}")
+    say(f"dbeta  = {fmt(dbeta, 12)}\n{course_line('dbeta')}")
     say(f"hand rule rstd*(dxhat - mean(dxhat) - xhat*mean(dxhat*xhat)) differs by {np.max(np.abs(dx - dx_hand)):.1e}")
     return {"mean": float(mean), "var": float(var), "rstd": float(rstd), "xhat": xhat, "y": y, "dx": dx,
             "dgamma": dgamma, "dbeta": dbeta, "dx_hand": dx_hand}

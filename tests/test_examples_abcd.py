@@ -119,6 +119,90 @@ def test_a_engine_bugs(a):
     assert f["bug_forward_order"] == (0.0, 0.0)
 
 
+def test_a_course_figures_beside_ours(a):
+    # our figures are checked above against the course and torch; here, that each is printed beside the course's
+    f, text = a
+    for line in (f"L     = {f['L']:.10f}  (the course: -0.9051482536)",
+                 f"dL/da = {f['dL_da']:.10f}  (the course: -0.1807066389)",
+                 f"dL/db = {f['dL_db']:.10f}  (the course: 0.2710599584)",
+                 f"m = a*b = {f['m']:g}  (the course: -3)   z = m + a = {f['z']:g}  (the course: -1.5)",
+                 f"L = {f['ir_L']:.10f}  (the course: -0.9051482536)",
+                 f"dL/dz = 1 - tanh(z)^2 = {f['dL_dz']:.10f}  (the course: 0.1807066389)",
+                 f"gr.grad: dL/da = {f['ir_dL_da']:.10f}  (the course: -0.1807066389)   "
+                 f"dL/db = {f['ir_dL_db']:.10f}  (the course: 0.2710599584)",
+                 f"dL/dz * b = {f['path_via_m']:+.10f}  (the course: -0.3614132778)",
+                 f"dL/dz     = {f['path_direct']:+.10f}  (the course: +0.1807066389)",
+                 f"central difference at h=0.1: {f['central_h01']:.10f}  (the course: -0.1815845310)",
+                 f"forward {f['slope_forward']:.3f}  (the course: ~1 (0.993)), "
+                 f"central {f['slope_central']:.3f}  (the course: ~2 (2.000))",
+                 f"ReLU-like branch on Re(x): {f['relu_pos']:g} at +2, {f['relu_neg']:g} at -2  (the course: 1 at +2, 0 at -2)",
+                 f"abs at +2: complex step {f['abs_pos']:g}  (the course: 0 (silent failure))"):
+        assert line in text, line
+    lines = text.splitlines()
+    course_sweep = {1e-1: "8.78e-4", 1e-2: "8.78e-6", 1e-4: "8.78e-10", 1e-5: "~6.7e-12 (the valley)",
+                    1e-8: "~3.8e-10", 1e-10: "~7.8e-8", 1e-12: "~1.8e-5"}
+    for h, course in course_sweep.items():
+        row = [ln for ln in lines if ln.startswith(f"  {h:7.0e}  {f['sweep'][h]['central']:11.2e}  ")]
+        assert len(row) == 1 and row[0].endswith(f"  (the course: central err {course})"), (h, row)
+    small_h = [h for h in f["complex_step"] if h <= 1e-8]
+    worst = max(max(f["complex_step"][h], f["complex_step_gradir"][h]) for h in small_h)
+    assert worst <= 3e-17 and min(small_h) == 1e-250
+    assert (f"largest error for h <= 1e-8: {worst:.1e}  (the course: <= ~3e-17 for h <= 1e-8 (down to 1e-250); "
+            "a bound, ours is within it)") in text
+    oa, ob = f["bug_overwrite"]
+    fa, fb = f["bug_forward_order"]
+    assert f"{oa:+14.10f} {ob:+14.10f}  (the course: dL/da = -0.3614132778, dL/db stays right)" in text
+    assert ob == f["dL_db"]  # "dL/db stays right"
+    assert f"{fa:+14.10f} {fb:+14.10f}  (the course: 0 for both leaves)" in text
+
+
+def test_a_tape_vs_gradir_is_one_ulp_of_tanh(a):
+    # the printed cause: math.tanh(-1.5) and np.tanh(-1.5) are neighbouring doubles, and each engine's gradients
+    # follow from its own tanh by the backward rules
+    f, text = a
+    tm, tn = math.tanh(-1.5), float(np.tanh(-1.5))
+    assert np.nextafter(tm, -np.inf) == tn and f["tanh_ulps"] == -1
+    assert f["tanh_math"] == tm and f["tanh_np"] == tn
+    g_math, g_np = 1 - tm * tm, 1 - tn * tn
+    assert (f["dL_da"], f["dL_db"]) == (g_math - 2.0 * g_math, 1.5 * g_math)
+    assert (f["ir_dL_da"], f["ir_dL_db"]) == (g_np - 2.0 * g_np, 1.5 * g_np)
+    assert f["tape_vs_ir"] == max(abs(f["dL_da"] - f["ir_dL_da"]), abs(f["dL_db"] - f["ir_dL_db"])) > 0
+    assert f"tape vs gradir gradients differ by {f['tape_vs_ir']:.1e}; t = tanh(-1.5) rounds 1 ulp apart in the two:" in text
+    assert f"the tape's math.tanh: {tm!r}   gradir's np.tanh: {tn!r}" in text
+    assert "give exactly the tape's gradients: True, gradir's: True" in text and f["tanh_recomputes"] == (True, True)
+
+
+def test_a_valley_columns_part_by_rounding_noise(a):
+    f, text = a
+    v, sweep = f["valley"], f["sweep"]
+    eps_L = np.finfo(float).eps * abs(f["L"])
+    for h, row in sweep.items():
+        assert row["roundoff_scale"] == pytest.approx(eps_L / h)
+        if h <= 1e-5:  # "for h <= 1e-5 both central columns stay below eps|L|/h"
+            assert row["central"] < row["roundoff_scale"] and row["central_gradir"] < row["roundoff_scale"], h
+    assert sig(abs(v["truncation"]), 8.78e-12, 3)  # C h^2, C = 8.78e-2 from the truncation rows (8.78e-4 at 0.1)
+    assert abs(v["signed"]["plain Python"]) == sweep[1e-5]["central"]
+    assert abs(v["signed"]["gradir eager"]) == sweep[1e-5]["central_gradir"]
+    assert sweep[1e-5]["central"] != sweep[1e-5]["central_gradir"]  # the columns do part there
+    for k, noise in v["noise"].items():
+        assert noise == v["signed"][k] - v["truncation"] and abs(noise) < v["roundoff_scale"], k
+    n = v["noise"]
+    assert (f"({sweep[1e-5]['central']:.2e} vs {sweep[1e-5]['central_gradir']:.2e}) truncation C h^2 is "
+            f"{abs(v['truncation']):.2e} (C from h=1e-3); the rest, {n['plain Python']:+.1e} and {n['gradir eager']:+.1e},"
+            ) in text
+    assert f"is noise, below eps|L|/h = {v['roundoff_scale']:.1e}" in text
+
+
+def test_a_forward_order_bug_leaves_only_late_grads(a):
+    f, text = a
+    grads = f["bug_forward_order_grads"]
+    assert list(grads) == ["a", "b", "*", "+", "tanh"]
+    assert grads["a"] == grads["b"] == grads["*"] == 0 and grads["tanh"] == 1.0
+    assert close(grads["+"], 0.1807066389, 10)  # tanh's closure ran last: + got its grad after its own closure ran
+    assert "Forward order runs the closures as a, b, *, +, tanh:" in text
+    assert "the grads after it: a 0, b 0, * 0, + 0.180707, tanh 1" in text
+
+
 # -- B ------------------------------------------------------------------------------------------------
 
 
@@ -151,6 +235,22 @@ def test_b_negative_control(b):
     for err, v3 in zip(d["bad_errors"], d["bad_v3"]):
         assert 1e-3 < err < 1e-1
         assert err == pytest.approx(0.1 * v3, rel=1e-6)
+
+
+def test_b_course_figures_beside_ours(b):
+    d, text = b[0]["directional"], b[1]
+    worst = max(d["errors"])
+    assert f"every error <= {worst:.1e}  (the course: <= ~2e-10; a bound, ours is within it)" in text
+    assert d["coordinate0_error"] <= worst  # "ours is 0 to the check's accuracy"
+    assert (f"error {d['coordinate0_error']:.1e}\n    (the course: 0; ours is 0 to the check's accuracy, below the "
+            f"{worst:.1e} of the uncorrupted checks above)") in text
+    lo, hi = min(d["bad_errors"]), max(d["bad_errors"])
+    assert 4e-3 <= lo and hi <= 7e-2  # "ours inside it"
+    assert (f"corrupted checks' errors {lo:.2e}..{hi:.2e}  (the course: ~4e-3..7e-2; a range over random directions, "
+            "ours inside it)") in text
+    off = max(abs(e - 0.1 * v3) for e, v3 in zip(d["bad_errors"], d["bad_v3"]))
+    assert off == d["bad_vs_v3"] <= 2e-10
+    assert f"each is 0.1 * |v_3| (the corruption seen along v) to within {off:.1e}" in text
 
 
 def test_b_cross_entropy_against_p_minus_y(b):
@@ -210,6 +310,16 @@ def test_c_operation_counts_from_the_ir(c_module):
     assert f["reverse_forward_ops"] == 6 and f["reverse_backward_rules"] == 6
     assert f["forward_mode_nonzero_tangent_rules"] == [4, 4, 4, 3]
     assert "4 seeds x 6 ops = 24" in text and "6 backward (VJP) rules" in text
+
+
+def test_c_course_figures_beside_ours(c_module):
+    f, text = run(c_module)
+    rev = np.array2string(f["grad_reverse"], precision=12, floatmode="fixed")
+    assert (f"reverse mode (gr.grad)            : {rev}\n" + " " * 23
+            + "(the course: [-0.068031297262, 0.051023472946, 0.017007824315, -0.051023472946])") in text
+    assert f"max |forward - reverse| = {f['max_diff']:g}  (the course: 0)" in text
+    assert "4 seeds x 6 ops = 24 op evaluations  (the course: 4 seeds x 6 graph ops = 24 op evaluations)" in text
+    assert "one forward (6 ops) + 6 backward (VJP) rules  (the course: one forward plus 6 backward rules)" in text
 
 
 def test_c_counts_follow_the_graph(c_module):
@@ -274,6 +384,46 @@ def test_d_attention_head(d, d_module):
     assert np.all(np.abs(r["dS_row_sums"]) < 1e-15)
     assert r["chain_vs_whole"] < 1e-15 and not r["any_nan"]
     assert "0.6698" in d[1] and "-2.4235" in d[1]
+
+
+def test_d_course_figures_beside_ours(d, d_module):
+    # every figure is checked above against the course and torch; here, that each is printed beside the course's
+    f, text = d
+    fmt = d_module.fmt
+    m, s, r, c, n = f["matmul"], f["softmax"], f["attention"], f["causal"], f["layer_norm"]
+    after = {  # ours, then the course's on the next line
+        f"Y = {fmt(m['Y'], 1)}": "[[6.5,8],[17,14]]",
+        f"dX = G W^T = {fmt(m['dX'], 1)}": "[[-1,2,6.5],[-1.5,-2,1]]",
+        f"dW = X^T G = {fmt(m['dW'], 1)}": "[[-3,4],[-3,6.5],[-3,9]]",
+        f"p = {fmt(s['p'], 12)}": "[0.785597034589, 0.175290392140, 0.039112573271]",
+        f"dL/dz = {fmt(s['dL_dz'], 12)}": "[-0.214402965411, 0.175290392140, 0.039112573271]",
+        f"stable softmax = {fmt(s['stable_softmax'], 12)}": "[0.665240955775, 0.244728471055, 0.090030573170]",
+        f"A  = {fmt(r['A'])}": "[[0.6698,0.3302],[0.4125,0.5875]]",
+        f"O  = {fmt(r['O'])}": "[[1.3395,0.3210],[0.8250,1.3499]]",
+        f"dV = {fmt(r['dV'])}": "[[0.2572,0.4902],[-0.2572,1.0098]]",
+        f"dA = {fmt(r['dA'])}": "[[2.5,-1.5],[-4,6]]",
+        f"dS = {fmt(r['dS'])}": "[[0.8847,-0.8847],[-2.4235,2.4235]]",
+        f"dQ = {fmt(r['dQ'])}": "[[0.6256,-0.6256],[-1.7137,1.7137]]",
+        f"dK = {fmt(r['dK'])}": "[[-0.2312,-1.7137],[0.2312,1.7137]]",
+        f"xhat   = {fmt(n['xhat'], 12)}": "[-1.069041531450,-0.267260382863,1.336301914313]",
+        f"dx     = {fmt(n['dx'], 12)}": "[1.088132295123,-1.632197154115,0.544064858993]",
+        f"dgamma = {fmt(n['dgamma'], 12)}": "[-1.069041531450,0.534520765725,0.668150957156]",
+        f"dbeta  = {fmt(n['dbeta'], 12)}": "[1,-2,0.5]",
+        "masked positions (above the diagonal): A = [0.0], dS = [0.0], any NaN: False":
+            "masked positions get zero probability and zero gradient, no NaN",
+    }
+    for ours, course in after.items():
+        assert f"{ours}\n     (the course: {course})" in text, ours
+    assert np.all(c["A"][~d_module.CAUSAL] == 0) and np.all(c["dS"][~d_module.CAUSAL] == 0) and not c["any_nan"]
+    sums = ", ".join(f"{x:.1e}" for x in r["dS_row_sums"])
+    for line in (f"L = {s['L']:.12f}  (the course: 0.241311296657)",
+                 f"sum of dL/dz = {s['dL_dz_sum']:.1e}  (the course: ~0)",
+                 "naive exp = [inf inf inf]  (the course: naive exp overflows (clear error or inf, shown))",
+                 f"rows of dS sum to {sums}  (the course: ~0)",
+                 f"mean {n['mean']:.12f}  (the course: 2.333333333333)",
+                 f"var  {n['var']:.12f}  (the course: 1.555555555556)",
+                 f"rstd {n['rstd']:.12f}  (the course: 0.801781148588)"):
+        assert line in text, line
 
 
 def _torch_head(q, k, v, mask=None):
