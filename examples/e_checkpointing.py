@@ -69,7 +69,8 @@ reference's 13.91 MiB is what PyTorch packs for blocks with a hidden width of 51
 bytes, one per checkpointed segment: earlier 2.x releases' non-reentrant checkpoint saved each segment's
 inputs through `_NoopSaveInputs.apply(dummy, kwargs, *args)` with `dummy = torch.empty((0,),
 requires_grad=True)`, so the hooks saw one empty tensor beside each segment's input; 2.13 saves the
-inputs without it. 16 + 5 empty tensors = 21, the same 2.50 MiB).
+inputs without it. 16 + 5 empty tensors = 21, the same 2.50 MiB; the `dummy` is read from
+torch/utils/checkpoint.py of those releases, not measured here).
 Block calls agree: 12 and 22 (PyTorch reruns whole blocks; gradir counts a block as called again
 when the backward recomputes any node of it, here the last block of a segment only up to its relu).
 tests/test_example_e_checkpointing.py measures PyTorch's figures with saved_tensors_hooks.
@@ -114,6 +115,10 @@ from e_saved_tensors_and_memory import (  # noqa: E402 - the companion example's
 )
 
 WIDTH, BATCH, BLOCKS, SEGMENTS = 256, 32, 12, 6
+# The course's figures (TEACHING.md, section E): its reference experiment in PyTorch, without checkpointing and
+# with six checkpoint segments; printed beside ours as "(the course: X)".
+COURSE = {"tensors": 61, "mib": 13.91, "block_calls": 12,
+          "checkpointed_tensors": 21, "checkpointed_mib": 2.50, "checkpointed_block_calls": 22}
 
 
 def make_params(blocks=BLOCKS, width=WIDTH, hidden=WIDTH, batch=BATCH, seed=0):
@@ -300,6 +305,8 @@ def main(out=None) -> dict:
         "recomputed. Min-cut's 0 saved bytes is the fewest by its own measure: it recomputes the whole forward "
         "at the first backward step, where everything recomputed is live at once, so the peak does not drop. "
         "Optimal finds the least recomputation that fits uniform's peak.", indent="")
+    print(f"Block calls: {n['block_calls']} without recomputation, {u['block_calls']} with uniform-{SEGMENTS}  "
+          f"(the course: {COURSE['block_calls']} / {COURSE['checkpointed_block_calls']}, in its PyTorch reference run)")
     print()
     figures["peaks"] = what_the_peaks_count(params, x)
 
@@ -315,20 +322,31 @@ def main(out=None) -> dict:
         same = pytorch_saved()
         seg = pytorch_saved(segments=SEGMENTS)
         print(f"\nPyTorch on this model: {same['tensors']} tensors packed, {human_bytes(same['bytes'])} "
-              f"({same['block_calls']} block calls); {same['distinct']} distinct storages; without parameters "
-              f"and input {same['activations']} tensors, {human_bytes(same['activation_bytes'])} (gradir: "
-              f"{rows['none']['saved']}, {human_bytes(rows['none']['saved_bytes'])}).")
+              f"({same['block_calls']} block calls); {same['distinct']} distinct storages;")
+        print(f"without parameters and input {same['activations']} tensors, {human_bytes(same['activation_bytes'])} "
+              f"(gradir: {rows['none']['saved']}, {human_bytes(rows['none']['saved_bytes'])}).")
         print(f"With checkpoint_sequential({SEGMENTS}): {seg['tensors']} tensors, {human_bytes(seg['bytes'])}, "
               f"{seg['block_calls']} block calls; activations {seg['activations']}, "
               f"{human_bytes(seg['activation_bytes'])}.")
         ref = pytorch_saved(hidden=2 * WIDTH, input_requires_grad=True, square="pow")
         ref_seg = pytorch_saved(hidden=2 * WIDTH, segments=SEGMENTS, input_requires_grad=True, square="pow")
         version = sys.modules["torch"].__version__.split("+")[0]
-        print(f"The reference's 61 / 13.91 MiB is a 256 -> 512 -> 256 block with x requiring grad and y.pow(2): "
-              f"{ref['tensors']} tensors, {human_bytes(ref['bytes'])}; checkpointed {ref_seg['tensors']} tensors, "
-              f"{human_bytes(ref_seg['bytes'])} (the reference's 21 is {ref_seg['tensors']} + {SEGMENTS - 1} "
-              f"empty tensors, one per checkpointed segment: earlier 2.x releases of torch.utils.checkpoint saved an empty "
-              f"`dummy` tensor beside each segment's inputs; torch {version} does not).")
+        c = COURSE
+        print(f"The course's reference figures match a 256 -> 512 -> 256 block with x requiring grad and y.pow(2), "
+              f"in torch {version}:")
+        print(f"   no checkpointing: {ref['tensors']} tensors, {human_bytes(ref['bytes'])}, {ref['block_calls']} block "
+              f"calls  (the course: {c['tensors']} / {c['mib']:.2f} MiB / {c['block_calls']})")
+        print(f"   checkpoint_sequential({SEGMENTS}): {ref_seg['tensors']} tensors, {human_bytes(ref_seg['bytes'])}, "
+              f"{ref_seg['block_calls']} block calls  (the course: {c['checkpointed_tensors']} / "
+              f"{c['checkpointed_mib']:.2f} MiB / {c['checkpointed_block_calls']};")
+        print(f"   the reference's {c['checkpointed_tensors']} is {ref_seg['tensors']} + "
+              f"{c['checkpointed_tensors'] - ref_seg['tensors']} empty tensors, one per checkpointed segment: "
+              f"{SEGMENTS - 1} of {SEGMENTS}, the last runs plainly)")
+        print("   Where those empty tensors come from, read from torch/utils/checkpoint.py of earlier 2.x releases "
+              "(not measured")
+        print("   here): their non-reentrant checkpoint saved an empty `dummy` tensor beside each segment's inputs; "
+              f"torch {version}")
+        print(f"   (measured above: {ref_seg['tensors']} tensors) saves the inputs without it.")
         figures["pytorch"] = {"same_model": same, "same_model_checkpointed": seg, "reference_model": ref,
                               "reference_model_checkpointed": ref_seg}
     if out is not None:

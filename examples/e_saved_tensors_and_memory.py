@@ -50,6 +50,9 @@ from gradir.passes.report import human_bytes
 
 WIDTH, BATCH, BLOCKS = 256, 32, 12
 MODELS = pathlib.Path(__file__).resolve().parent / "models"
+# The course's figure (TEACHING.md, section E), printed beside ours as "(the course: X)": attention score memory
+# B*H*T*T elements per layer, 12 heads, T=1024, fp32
+COURSE = {"attention_mib_per_layer": 48}
 
 
 def rule_table() -> dict[str, str]:
@@ -252,8 +255,10 @@ def main(out=None) -> dict:
     ja = gr.trace_grad(attend, *args, argnums=(0, 1, 2))
     biggest = max(ja.saved.entries, key=lambda e: e.new_bytes)
     print(f"   largest saved value: {biggest.name} {biggest.type_str} (the softmax's {biggest.producer['op']}, "
-          f"{biggest.needed_by[0].reason if biggest.needed_by else ''}), {human_bytes(biggest.new_bytes)} = "
-          "B*H*T*T*4 bytes = 1*12*1024*1024*4")
+          f"{biggest.needed_by[0].reason if biggest.needed_by else ''}),")
+    b, h, t, _ = biggest.shape
+    print(f"   {human_bytes(biggest.new_bytes)} = B*H*T*T*4 bytes = {b}*{h}*{t}*{t}*4 per layer  "
+          f"(the course: {COURSE['attention_mib_per_layer']} MiB per layer)")
     figures.update(attention_largest_shape=tuple(biggest.shape), attention_largest_bytes=biggest.new_bytes)
 
     if out is not None:

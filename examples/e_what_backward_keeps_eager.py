@@ -36,6 +36,12 @@ from gradir.core.errors import FreedGraphError, VersionError
 from gradir.core.rules import explain_node
 from gradir.eager.engine import last_backward
 
+# The course's figures (TEACHING.md, section E), printed beside ours as "(the course: X)".
+COURSE = {"versions": (0, 1),          # x saved at version 0, mutated to version 1
+          "accumulated": 2,            # a second backward leaves 2x in the leaf's .grad
+          "first": 12, "second": 12,   # d/dx x^3 and d2/dx2 x^3 at 2
+          "x_grad": [4, 6], "y_grad": [1, 1]}  # y = x*x at [2, 3], y.sum().backward(), y.retain_grad()
+
 
 def what_nodes_keep() -> dict:
     x = gr.Tensor([2.0, 3.0], requires_grad=True)
@@ -58,6 +64,7 @@ def what_nodes_keep() -> dict:
 def version_check() -> dict:
     x = gr.Tensor([2.0, 3.0], requires_grad=True)
     y = (x * x).sum()
+    saved_at = x.version  # multiply saved x at this version
     with gr.no_grad():
         x += 1  # not recorded, but the version moves
     try:
@@ -70,7 +77,8 @@ def version_check() -> dict:
     with gr.no_grad():
         a += 1  # nothing saved a: allowed
     z.backward()
-    return {"error": message, "version_after": x.version, "add_case_grad": a.grad.numpy().tolist()}
+    return {"error": message, "version_saved": saved_at, "version_after": x.version,
+            "add_case_grad": a.grad.numpy().tolist()}
 
 
 def graph_lifetime() -> dict:
@@ -162,23 +170,29 @@ def main(verbose: bool = True, out=None) -> dict:
         v = figures["version"]
         print("2. version check: x=[2,3], y=sum(x*x), x += 1 under no_grad, y.backward():")
         print(f"   VersionError: {v['error']}")
+        print(f"   x's version: {v['version_saved']} when multiply saved it -> {v['version_after']} at backward  "
+              f"(the course: {COURSE['versions'][0]} -> {COURSE['versions'][1]})")
         print(f"   the allowed case, y=sum(x+2) then x += 1: x.grad = {v['add_case_grad']}")
         g = figures["lifetime"]
         print("3. graph lifetime, y = sum(x*x) at x=[2,3]:")
         print(f"   first backward: x.grad = {g['first']}")
         print(f"   second backward, graph freed: FreedGraphError: {g['freed_error']}")
         print(f"   retain_graph=True: {g['retained_first']}, again (after .grad=None): {g['retained_again']}")
-        print(f"   one more backward accumulates: x.grad = {g['accumulated']} (2x)")
+        ratio = {a / b for a, b in zip(g["accumulated"], g["retained_again"])}
+        times = f"{ratio.pop():g}x the one before" if len(ratio) == 1 else "not a multiple of the one before"
+        print(f"   one more backward accumulates: x.grad = {g['accumulated']} ({times})  "
+              f"(the course: {COURSE['accumulated']}x)")
         print(f"   x.grad.zero_() then backward: {g['after_zero']};  x.grad = None -> None is {g['none_after_reset']}, "
               f"then backward: {g['after_none']}")
         h = figures["higher_order"]
         print(f"4. higher order, x^3 at 2: first derivative {h['first']:g} (has a grad_fn: {h['first_has_grad_fn']}), "
-              f"second derivative {h['second']:g}")
+              f"second derivative {h['second']:g}  (the course: {COURSE['first']}, {COURSE['second']})")
         lf = figures["leaf"]
         print(f"5. leaf vs non-leaf, y = x*x: x.is_leaf={lf['x_is_leaf']}, y.is_leaf={lf['y_is_leaf']}, "
               f"y.grad_fn={lf['y_grad_fn']}")
         print(f"   y.sum().backward(): x.grad = {lf['x_grad']}, retained y.grad = {lf['y_grad']}, "
               f"without retain_grad(): y.grad = {lf['not_retained_grad']}")
+        print(f"     (the course: x.grad = {COURSE['x_grad']}, retained y.grad = {COURSE['y_grad']})")
     if out is not None:
         print(f"Files (--out {out}): the tape of y = sum(tanh(x*x + x)) and its backward program")
         figures["files"] = write_diagrams(out, what_nodes_keep.record)

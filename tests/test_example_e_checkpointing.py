@@ -49,6 +49,9 @@ def test_six_uniform_segments(figures):
     assert (f["saved"], f["saved_bytes"], f["block_calls"]) == (5 + 4, 9 * ACT, 12 + 10)
     assert (f["recomputed_ops"], f["recompute_flops"]) == (5 * 12, 5 * (3 * MATMUL + 6 * EW))
     assert f["peak_bytes"] == (9 + 2) * ACT  # as above: in block 11's backward, all 9 still held
+    # the block calls asserted here and in test_no_recomputation, beside the course's reference figures
+    assert ("Block calls: 12 without recomputation, 22 with uniform-6  (the course: 12 / 22, in its PyTorch "
+            "reference run)") in figures["printed"]
 
 
 def test_selective_keeps_the_matmul_outputs(figures):
@@ -178,6 +181,13 @@ def test_pytorch_reference_figures_are_a_512_wide_hidden_layer(figures):
     # the printout says so with these numbers
     assert ref_seg["tensors"] + 5 == 21 and round(ref_seg["bytes"] / MiB, 2) == 2.50
     assert f"the reference's 21 is {ref_seg['tensors']} + 5 empty tensors" in figures["printed"]
+    # the measured figures beside the course's, and the empty tensors' history marked as read, not measured
+    assert ref["block_calls"] == 12
+    printed = figures["printed"]
+    assert "no checkpointing: 61 tensors, 13.91 MiB, 12 block calls  (the course: 61 / 13.91 MiB / 12)" in printed
+    assert ("checkpoint_sequential(6): 16 tensors, 2.50 MiB, 22 block calls  (the course: 21 / 2.50 MiB / 22;\n"
+            "   the reference's 21 is 16 + 5 empty tensors, one per checkpointed segment") in printed
+    assert "read from torch/utils/checkpoint.py of earlier 2.x releases (not measured\n   here)" in printed
 
 
 def test_what_the_activation_peak_counts(figures):

@@ -131,9 +131,12 @@ def test_what_the_832_kib_activation_peak_counts(example):
     assert "832.00 KiB = 22 x 32.00 KiB (saved activations f32[32,256]) + 4 x 32.00 KiB" in text
 
 
-def test_attention_keeps_b_h_t_t_probabilities(figures):
+def test_attention_keeps_b_h_t_t_probabilities(example):
+    figures, text, _ = example
     assert figures["attention_largest_shape"] == (1, 12, 1024, 1024)
     assert figures["attention_largest_bytes"] == 1 * 12 * 1024 * 1024 * 4 == 48 * 2**20
+    # ours and the course's side by side (the text with its line wrapping undone: one space for two)
+    assert "48.00 MiB = B*H*T*T*4 bytes = 1*12*1024*1024*4 per layer (the course: 48 MiB per layer)" in text
 
 
 def test_out_writes_diagrams_plot_and_report(example):

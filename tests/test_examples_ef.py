@@ -51,6 +51,9 @@ def test_e_version_check(e):
     assert "saved at version 0, now version 1" in v["error"] and v["error"].startswith("multiply:")
     assert v["version_after"] == 1
     assert v["add_case_grad"] == [1.0, 1.0]  # d/dx sum(x + 2)
+    # the versions the error names, printed beside the course's
+    assert v["version_saved"] == 0
+    assert "x's version: 0 when multiply saved it -> 1 at backward  (the course: 0 -> 1)" in e[1]
 
 
 def test_e_graph_lifetime(e):
@@ -60,6 +63,7 @@ def test_e_graph_lifetime(e):
     assert g["retained_first"] == g["retained_again"] == [4.0, 6.0]
     assert g["accumulated"] == [8.0, 12.0]
     assert g["after_zero"] == g["after_none"] == [4.0, 6.0] and g["none_after_reset"]
+    assert "x.grad = [8.0, 12.0] (2x the one before)  (the course: 2x)" in e[1]
 
 
 def test_e_higher_order_and_leaves(e):
@@ -69,6 +73,9 @@ def test_e_higher_order_and_leaves(e):
     assert lf["x_grad"] == [4.0, 6.0] and lf["y_grad"] == [1.0, 1.0] and lf["not_retained_grad"] is None
     out = e[1]
     assert "saved at version 0, now version 1" in out and "second derivative 12" in out and "[8.0, 12.0]" in out
+    assert "first derivative 12 (has a grad_fn: True), second derivative 12  (the course: 12, 12)" in out
+    assert ("x.grad = [4.0, 6.0], retained y.grad = [1.0, 1.0], without retain_grad(): y.grad = None\n"
+            "     (the course: x.grad = [4, 6], retained y.grad = [1, 1])") in out
 
 
 def test_e_out_writes_the_tape_diagrams(e, e_out):
