@@ -137,13 +137,15 @@ def run_rank(args, rank: int) -> dict:
     for name, loss, params, opt, batches, split in jobs:
         dp = gr.distributed.DataParallel(loss, opt, bucket_bytes=BUCKET_BYTES)
         params, state = dp.init(params)
-        losses, counts, start = [], [], time.perf_counter()
+        losses, counts, timelines, start = [], [], [], time.perf_counter()
         for batch in batches:
             value, params, state = dp.step(params, state, *rows_of(rank, split, batch))
             losses.append(float(value))
             counts.append(dp.last["counts"])
+            timelines.append(dp.last["timeline_ms"])
         record[name] = {"losses": losses, "counts": counts, "digest": gr.distributed.tree_digest((params, state)),
-                        "plan": dp.plan.text(), "buckets": len(dp.plan.buckets),
+                        "plan": dp.plan.text(), "buckets": len(dp.plan.buckets), "timelines": timelines,
+                        "steps_left": [dp.plan.num_steps - 1 - b.launch_step for b in dp.plan.buckets],
                         "seconds": time.perf_counter() - start,
                         "overlapped": dp.last["overlapped"] or None}
     return record
@@ -227,7 +229,9 @@ def compare(name: str, records: list[dict], single: list[float], verbose: bool, 
         print(f"   parameters and optimizer state identical on both ranks, bit for bit: {identical} "
               f"({records[0][name]['digest'][:16]}...)")
     return {"losses_dp": dp, "losses_single": single, "max_diff": max(diffs), "ranks_identical": identical,
-            "counts": records[0][name]["counts"], "buckets": records[0][name]["buckets"]}
+            "counts": records[0][name]["counts"], "buckets": records[0][name]["buckets"],
+            "timelines": records[0][name]["timelines"], "steps_left": records[0][name]["steps_left"],
+            "overlapped": records[0][name]["overlapped"]}
 
 
 def report(args, records: list[dict], verbose: bool) -> dict:
@@ -251,12 +255,20 @@ def report(args, records: list[dict], verbose: bool) -> dict:
               f"{BUCKET_BYTES // 1024} KiB, and each buffer is all-reduced as one message, in this order on every "
               "rank (gloo matches collectives by their order):")
         print("   Each bucket launches after the step of the compiled backward that finishes its last gradient "
-              "(gradir.passes.buckets); the steps after it are the ones its all-reduce overlaps:")
+              "(gradir.passes.buckets); the steps after it are the ones its all-reduce can overlap:")
         print("   " + mlp["plan"].replace("\n", "\n   "))
         overlapped = mlp["overlapped"]
-        print("   Each bucket's all-reduce " + ("started as soon as its last gradient was final, during the backward."
-                                                if overlapped else "ran after the backward (this backend does not report "
-                                                "gradients as they become final; gr.distributed overlaps when it does)."))
+        if overlapped:
+            k = 1 if len(mlp["timelines"]) > 2 else 0  # a full step (both ranks hold examples), past the first
+            t = mlp["timelines"][k]
+            starts = ", ".join(f"bucket {i} at {ms:.2f} ms ({left} steps left)"
+                               for i, (ms, left) in enumerate(zip(t["launch"], mlp["steps_left"])))
+            print(f"   Measured on rank 0 in step {k}, from the start of its forward, the all-reduces started:\n   {starts};")
+            print(f"   the forward and backward ended at {t['computed']:.2f} ms, every all-reduce at {t['reduced']:.2f} "
+                  "ms. Only a bucket with steps left can overlap\n   the backward; one with 0 starts at its end.")
+        else:
+            print("   Each bucket's all-reduce ran after the backward (this backend does not report gradients as they "
+                  "become final; gr.distributed overlaps when it does).")
         print(f"   ({mlp['seconds']:.1f} s for {len(mlp['losses'])} steps on rank 0, compiling included)\n")
         print("3. The makemore MLP (SGD, lr 0.1), batches of 32 split 20 / 12: the single-process loss on the whole "
               "batch and the data-parallel loss (the count-weighted sum of the ranks' mean losses) per step.")

@@ -52,16 +52,31 @@ REFERENCE_200K = {"train": 2.0713, "val": 2.1105}  # the course's run: its own d
 # Ours at 200,000 steps (f_makemore_training.py --steps 200000 --seed S, LLVM, one core), seed SEED and 1, 2, 3:
 # the spread that another draw of the same distributions gives (measured 2026-12-05)
 SEEDS_200K = {SEED: (2.0728, 2.1144), 1: (2.0730, 2.1114), 2: (2.0704, 2.1137), 3: (2.0735, 2.1140)}
+# The course's figures (TEACHING.md, section F, the makemore part), printed beside ours
+COURSE = {"params_64": "4,137", "params_200": "12,297", "vanishing": "~0"}
+
+
+def course(key: str, reason: str | None = None) -> str:
+    """'  (the course: X)' beside a figure equal to the course's, '  (the course: X; reason)' where it differs."""
+    return f"  (the course: {COURSE[key]}{'; ' + reason if reason else ''})"
 
 
 def reference_200k_line() -> str:
-    """The course's 200,000-step figures beside ours, with the reason they differ."""
+    """The course's 200,000-step figures beside ours, with the reason they differ. Ours were measured in separate
+    200,000-step runs (SEEDS_200K), not in this run: the wording says so.
+    Three lines, joined by a newline and an indent."""
     train = [t for t, _ in SEEDS_200K.values()]
     val = [v for _, v in SEEDS_200K.values()]
-    return (f"(the course after 200,000 steps: train {REFERENCE_200K['train']}, val {REFERENCE_200K['val']}; ours "
-            f"{SEEDS_200K[SEED][0]} / {SEEDS_200K[SEED][1]}: the course drew its initialisation and batches from its own "
-            f"generator, and {len(SEEDS_200K)} seeds of ours give train {min(train)}-{max(train)}, val "
-            f"{min(val)}-{max(val)} at 200,000 steps)")
+    others = ", ".join(str(s) for s in SEEDS_200K if s != SEED)
+    return "\n   ".join((
+        f"after 200,000 steps, measured with --steps 200000 (not this run): train {SEEDS_200K[SEED][0]}, val "
+        f"{SEEDS_200K[SEED][1]}",
+        f"  (the course: train {REFERENCE_200K['train']}, val {REFERENCE_200K['val']}; it drew its initialisation and "
+        f"batches from its own generator;",
+        f"  {len(SEEDS_200K)} seeds of ours (f_makemore_training.py --steps 200000 [--seed {others}]): "
+        f"train {min(train)}-{max(train)}, val {min(val)}-{max(val)})"))
+
+
 STEPS = ["emb", "embcat", "hprebn", "bnmeani", "bndiff", "bndiff2", "bnvar", "bnvar_inv", "bnraw", "hpreact",
          "h", "logits", "logit_maxes", "norm_logits", "counts", "counts_sum", "counts_sum_inv", "probs",
          "logprobs", "loss"]
@@ -405,7 +420,8 @@ def main(argv=None) -> dict:
 def report(f: dict) -> None:
     """Sections 1-3: the data, the cmp tables and BatchNorm's directions."""
     print(f"1. names.txt: {f['vocab']} symbols, examples train/val/test {f['data']['train']}/{f['data']['val']}/"
-          f"{f['data']['test']}; MLP block {BLOCK}, n_embd {N_EMBD}, n_hidden 64: {f['n_params']} parameters")
+          f"{f['data']['test']}\n   MLP block {BLOCK}, n_embd {N_EMBD}, n_hidden 64: {f['n_params']:,} parameters"
+          + course("params_64"))
     print(f"   batch of {BATCH}: loss {f['loss']:.6f} (NumPy), {f['autodiff_loss']:.6f} (gradir)")
     print("2. " + str(f["table"]).rstrip())
     print("   exact: the hand-written gradient equals gradir's bit for bit; approximate: np.allclose (rtol 1e-5,")
@@ -416,17 +432,22 @@ def report(f: dict) -> None:
     b = f["bn_directions"]
     print("   BatchNorm's output does not move when a column of hprebn is shifted, or (at eps = 0) scaled, so dhprebn")
     print("   has no component along those directions; with eps > 0 the scaling one is small but not 0:")
-    print(f"   column sums of dhprebn (shift direction): max |.| {b['sum_dx']:.1e}  (max |dhprebn| {b['dx_scale']:.1e})")
-    print(f"   column sums of dhprebn*xhat: max |.| {b['sum_dx_xhat']:.1e}; predicted rstd*sum(g*xhat)*eps/(var+eps) "
-          f"max {b['sum_dx_xhat_predicted_max']:.1e}, |diff| {b['sum_dx_xhat_predicted_maxdiff']:.1e}")
-    print(f"   with eps = 0: column sums {b['eps0_sum_dx']:.1e}, of dhprebn*xhat {b['eps0_sum_dx_xhat']:.1e}")
+    print(f"   column sums of dhprebn (shift direction): max |.| {b['sum_dx']:.1e}{course('vanishing')}  "
+          f"(max |dhprebn| {b['dx_scale']:.1e})")
+    print(f"   column sums of dhprebn*xhat: max |.| {b['sum_dx_xhat']:.1e}  (the course: {COURSE['vanishing']}; so it is "
+          f"at eps = 0, below; with eps = {EPS:g}")
+    print(f"     this direction keeps eps/(var+eps) of its size: predicted rstd*sum(g*xhat)*eps/(var+eps) max "
+          f"{b['sum_dx_xhat_predicted_max']:.1e}, |diff| {b['sum_dx_xhat_predicted_maxdiff']:.1e})")
+    print(f"   with eps = 0: column sums {b['eps0_sum_dx']:.1e}, of dhprebn*xhat {b['eps0_sum_dx_xhat']:.1e}"
+          + course("vanishing"))
     print("   gradir's own gr.nn.cross_entropy and gr.nn.batch_norm, their fused VJP against the composed one:")
     print("   " + str(f["gradir_fused_vs_composed"]["table"]).rstrip())
 
 
 def report_training(t: dict) -> None:
     """Section 4's figures, after its training log."""
-    print(f"   {t['n_params']} parameters; mean batch loss, first {t['window']} steps {t['first_losses']:.4f}, "
+    print(f"   {t['n_params']:,} parameters{course('params_200')}; mean batch loss, first {t['window']} steps "
+          f"{t['first_losses']:.4f}, "
           f"last {t['window']} {t['last_losses']:.4f}")
     print(f"   with running BatchNorm statistics: train {t['eval']['train']:.4f}, val {t['eval']['val']:.4f}")
     print(f"   with the whole training set's statistics: train {t['eval_full_stats']['train']:.4f}, "

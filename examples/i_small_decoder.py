@@ -36,6 +36,8 @@ EPS = 1e-5
 H_FD = 1e-6
 N_SAMPLES = 300
 SEED = 0
+# The course's figures (TEACHING.md, section I), printed beside ours
+COURSE = {"weights": "~5k", "vs_torch": "<= 1e-12", "vs_fd": "<= 1e-8 + 1e-6|g|"}
 
 
 def shapes() -> dict:
@@ -215,11 +217,16 @@ def main(verbose: bool = True) -> dict:
 
     say("== I. a small decoder: 2 pre-LN blocks, 2-head causal attention, GELU MLP, tied embedding ==")
     say(f"vocab {VOCAB}, context {T}, width {D}, heads {HEADS}, MLP {MLP}, batch {BATCH}, float64")
-    say(f"weights: {n_weights} in {len(params)} tensors")
+    within = lambda ok: "ours is within it" if ok else "ours is OUTSIDE it"  # noqa: E731
+    say(f"weights: {n_weights} in {len(params)} tensors  (the course: {COURSE['weights']}; it rounds, ours is the exact "
+        "count of these tensors)")
     say(f"loss: gradir {float(loss):.15f}  torch {t_loss:.15f}")
-    say(f"vs torch autograd: max err / (1 + max|grad|) = {rel_torch:.2e}  (bound 1e-12)")
+    say(f"vs torch autograd: max err / (1 + max|grad|) = {rel_torch:.2e}  (the course: {COURSE['vs_torch']}; a bound, "
+        f"{within(rel_torch <= 1e-12)})")
     say(f"vs central differences (h={H_FD:g}) on {len(entries)} sampled entries: "
-        f"worst |analytic - numeric| = {fd_err.max():.2e}, worst err / (1e-8 + 1e-6|g|) = {fd_ratio.max():.3f}  (bound 1)")
+        f"worst |analytic - numeric| = {fd_err.max():.2e},")
+    say(f"   worst err / (1e-8 + 1e-6|g|) = {fd_ratio.max():.3f}  (the course: {COURSE['vs_fd']}, i.e. this ratio <= 1; "
+        f"a bound, {within(fd_ratio.max() <= 1.0)})")
     say(f"causal mask, token {causal['position']} changed: earlier logits move by {causal['earlier_logit_change']:.1e}, "
         f"earlier losses by {causal['earlier_loss_change']:.1e}, later logits by {causal['later_logit_change']:.2e}; "
         f"without the mask earlier logits move by {causal['unmasked_earlier_logit_change']:.2e}")

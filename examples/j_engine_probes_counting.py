@@ -61,6 +61,8 @@ import i_small_decoder as DEC  # noqa: E402 - the small decoder of example I
 STEP = 0.01  # length of the probe step along / against the normalised gradient
 W0 = np.array([0.5, -1.0])  # the engine example's input
 COURSE_SAVED_PER_BLOCK = 2320
+# The course's figures (TEACHING.md, section J), printed beside ours: its GPT-2 step probe and the FLOPs rule
+COURSE = {"probe": {"unchanged": 3.434449, "against": 3.421283, "along": 3.447407}, "flops_rule": "6N (2N + 4N)"}
 
 
 # -- 1. the engine's dependency rule --------------------------------------------------------------------
@@ -348,8 +350,14 @@ def main(verbose: bool = True, out=None) -> dict:
         say(f"   {i:5d}  {w:6s}  " + "  ".join(f"{n:11.6f}" for n in norms))
     say(f"   step of length {STEP} on all weights, |grad| = {pr['grad_norm']:.6f}: against the gradient "
         f"{pr['loss_against']:.6f}, unchanged {pr['loss']:.6f}, along {pr['loss_along']:.6f}")
-    say(f"   (along - against) / {2 * STEP:g} = {pr['directional']:.6f}: the slope along the gradient, its norm; "
-        "course on GPT-2: 3.421283 < 3.434449 < 3.447407")
+    say(f"   (along - against) / {2 * STEP:g} = {pr['directional']:.6f}: the slope along the gradient, its norm")
+    c = COURSE["probe"]
+    lower, higher = pr["loss_against"] < pr["loss"], pr["loss"] < pr["loss_along"]
+    ours = (f"both hold: {pr['loss_against']:.6f} < {pr['loss']:.6f} < {pr['loss_along']:.6f}" if lower and higher else
+            f"against < unchanged {lower}, unchanged < along {higher}")
+    say(f"   (the course: {c['unchanged']:.6f} -> {c['against']:.6f} against, {c['along']:.6f} along; another model, "
+        f"GPT-2, not this {DEC.count_weights(params):,}-weight decoder,\n    and its own text, not these random "
+        "tokens, so only the inequalities carry over: against < unchanged < along;\n    in ours " + ours + ")")
 
     sv = saved_per_block(params, tokens, targets)
     fused = fused_per_block_by_hand()
@@ -384,7 +392,8 @@ def main(verbose: bool = True, out=None) -> dict:
         detail = ", ".join(f"{k} {v:,.1f}" for k, v in f.items() if k != "total")
         say(f"   {part:8s} {f['total']:10,.1f}  ({detail})  vs {rule}N = {rule * fl['n_weights']:,}")
     say(f"   total    {fl['per_token']:10,.1f}  vs 6N = {fl['six_n']:,} (N = {fl['n_weights']:,} weights): ratio "
-        f"{fl['ratio']:.4f}")
+        f"{fl['ratio']:.4f}  (the course: {COURSE['flops_rule']}; a rule of thumb")
+    say("     for weight multiply-adds only: ours counts every op of the two programs, as follows)")
     say(f"   6N charges every weight one multiply-add (2 flops) forward and two backward. Only "
         f"{fl['n_matmul_weights']:,} weights enter a matmul (2 x {fl['n_matmul_weights']:,} = "
         f"{2 * fl['n_matmul_weights']:,}, the weight matmuls above); the rest (biases, LayerNorm gains, position "

@@ -60,6 +60,14 @@ MISTAKES = F.MISTAKES  # switched on one at a time in F.backward_by_hand
 FALLBACK_NAMES = ["emma", "olivia", "ava", "isabella", "sophia", "charlotte", "mia", "amelia", "harper", "evelyn",
                   "abigail", "emily", "elizabeth", "mila", "ella", "avery", "sofia", "camila", "aria", "scarlett"]
 ROWS = [*reversed(F.STEPS[:-1]), *F.PARAMS]  # backward order, then the parameters
+# The course's figures (TEACHING.md, section J), printed beside ours
+COURSE = {"counts_sum_inv": "(32, 1)", "step": "a step within ~3%", "dlogprobs_sum": "-1.0", "row_sums": "~0",
+          "max_grad": "~0", "factor": "a factor of 99"}
+
+
+def course(key: str, reason: str | None = None) -> str:
+    """'  (the course: X)' beside a figure equal to the course's, '  (the course: X; reason)' where it differs."""
+    return f"  (the course: {COURSE[key]}{'; ' + reason if reason else ''})"
 
 
 # -- the batch ----------------------------------------------------------------------------------------
@@ -206,9 +214,10 @@ def report(f: dict) -> None:
     print(format_table(f["right_rows"]))
 
     w = f["wrong_axis"]
-    print(f"\n1. wrong axis: dcounts_sum_inv summed over axis 0 has shape {w['shapes']['counts_sum_inv']} "
-          f"(counts_sum_inv is (32, 1)); broadcasting carries it on (dcounts_sum becomes {w['shapes']['counts_sum']}),"
-          " cmp stops it at once:")
+    print(f"\n1. wrong axis: counts_sum_inv is {f['v']['counts_sum_inv'].shape}{course('counts_sum_inv')}; "
+          f"dcounts_sum_inv summed over axis 0 has shape {w['shapes']['counts_sum_inv']};")
+    print(f"   broadcasting carries it on (dcounts_sum becomes {w['shapes']['counts_sum']}); cmp reports the shape "
+          "mismatch at that row;\n   the table compares every row and marks the first one not exact:")
     print(format_table(w["rows"], w["first_wrong"]))
 
     a = f["alias"]
@@ -219,11 +228,14 @@ def report(f: dict) -> None:
     print(format_table(a["rows"], a["first_wrong"]))
 
     b = f["biased_variance"]
+    worst = max([b["step_rel_diff"], *b["per_param_rel_diff"].values()])
     print(f"\n3. biased variance in the backward (1/n for the forward's 1/(n-1)): dbndiff2 is {b['bndiff2_ratio']:.6f} "
-          f"(= 31/32 = {31 / 32:.6f}) of the right one")
+          f"(= 31/32 = {31 / 32:.6f}) of the right one, {1 - b['bndiff2_ratio']:.2%} off")
     print(f"   the whole update differs from the right one by {b['step_rel_diff']:.2%} (cosine {b['step_cosine']:.6f}); "
           "per parameter: " + ", ".join(f"{k} {r:.2%}" for k, r in b["per_param_rel_diff"].items())
           + " (b1's gradient is ~1e-17 either way)")
+    print(f"   ours: at most {worst:.2%}, {'within' if worst < 0.03 else 'NOT within'} ~3%" + course(
+        "step", "that ~3% is dbndiff2's 1/32, above;\n     mixed with right terms downstream, the step moves less"))
     print(f"   one SGD step (lr {LR}): loss {f['loss']:.6f} -> right step {b['loss_after_right']:.6f}, "
           f"wrong step {b['loss_after_wrong']:.6f} (a one-step check sees the loss fall either way)")
     print("   the per-intermediate table locates it:")
@@ -231,18 +243,18 @@ def report(f: dict) -> None:
 
     r = f["rulers"]
     print("\n4. rulers (gradir autodiff of the right forward):")
-    print(f"   dlogprobs.sum() = {r['dlogprobs_sum_autodiff']!r} (hand: {r['dlogprobs_sum_hand']!r}): 32 entries of "
-          "-1/32, a power of two, so exactly -1.0")
-    print(f"   rows of dlogits sum to at most {r['dlogits_row_sum_max']:.1e} in size (entries up to "
-          f"{r['dlogits_scale']:.1e}): softmax sums to 1, the one-hot to 1")
-    print(f"   gradient reaching the max subtracted for stability: at most {r['dlogit_maxes_max']:.1e} "
-          f"(dnorm_logits up to {r['dnorm_logits_scale']:.1e}): the loss does not depend on it")
+    print(f"   dlogprobs.sum() = {r['dlogprobs_sum_autodiff']!r} (hand: {r['dlogprobs_sum_hand']!r})"
+          f"{course('dlogprobs_sum')}: 32 entries of -1/32, a power of two, so exactly -1.0")
+    print(f"   rows of dlogits sum to at most {r['dlogits_row_sum_max']:.1e} in size{course('row_sums')}; entries up to "
+          f"{r['dlogits_scale']:.1e};\n     softmax sums to 1, the one-hot to 1")
+    print(f"   gradient reaching the max subtracted for stability: at most {r['dlogit_maxes_max']:.1e}"
+          f"{course('max_grad')}; dnorm_logits up to {r['dnorm_logits_scale']:.1e};\n     the loss does not depend on it")
     print(f"   the 1/p step: identical dlogprobs (-1/32) become dprobs = -1/(32 p); in this batch p at the target "
           f"runs from {r['batch_p_min']:.4f} to {r['batch_p_max']:.4f}, so dprobs differ by a factor "
           f"{r['batch_dprobs_ratio']:.1f}")
     print(f"   two examples, p = {r['pair_probs'][0]} and {r['pair_probs'][1]}: dlogprobs {r['pair_dlogprobs'].tolist()}"
-          f" -> dprobs {np.round(r['pair_dprobs'], 6).tolist()}, a factor {r['pair_ratio']:.6f} "
-          "(the worse the guess, the harder the shove)")
+          f" -> dprobs {np.round(r['pair_dprobs'], 6).tolist()},")
+    print(f"   a factor {r['pair_ratio']:.6f}{course('factor')}: the worse the guess, the harder the shove")
 
 
 if __name__ == "__main__":

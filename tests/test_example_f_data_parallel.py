@@ -23,3 +23,12 @@ def test_data_parallel_matches_single_process(tmp_path):
     assert w["weighted"] < 1e-12 < 1e-3 < w["plain_average"]  # the plain average of rank means is wrong
     for phrase in ("Who holds what", "The bucket plan", "largest |difference|", "identical on both ranks"):
         assert phrase in text
+    # the overlap is worded to what is shown: each bucket's measured start, its steps left, and when the program ended
+    assert "started as soon as its last gradient was final" not in text
+    if mlp["overlapped"]:
+        t = mlp["timelines"][1]
+        assert len(t["launch"]) == mlp["buckets"] == len(mlp["steps_left"]) and mlp["steps_left"][-1] == 0
+        assert all(a <= b for a, b in zip(t["launch"], t["launch"][1:]))  # buckets start in plan order
+        assert t["launch"][0] <= t["computed"] <= t["reduced"]
+        assert f"bucket 0 at {t['launch'][0]:.2f} ms ({mlp['steps_left'][0]} steps left)" in text
+        assert f"ended at {t['computed']:.2f} ms" in text

@@ -80,7 +80,12 @@ def test_parameter_counts_and_data(mk, names_path):
     n1, n2 = int(0.8 * len(words)), int(0.9 * len(words))
     for k, part in (("train", words[:n1]), ("val", words[n1:n2]), ("test", words[n2:])):
         assert f["data"][k] == sum(len(w) + 1 for w in part)
-    assert "4137 parameters" in out and "12297 parameters" in out and "train 2.0713, val 2.1105" in out
+    # ours (checked above against the count by hand) beside the course's figure
+    assert "4,137 parameters  (the course: 4,137)" in out and "12,297 parameters  (the course: 12,297)" in out
+    # the 200,000-step figures are measured ones, not this 1,000-step run's, and the text says so
+    assert "after 200,000 steps, measured with --steps 200000 (not this run): train 2.0728, val 2.1144" in out
+    assert "(the course: train 2.0713, val 2.1105; it drew its initialisation and batches from its own generator" in out
+    assert "this run" not in out.replace("(not this run)", "")
 
 
 # -- 2: every intermediate ---------------------------------------------------------------------------
@@ -129,13 +134,17 @@ def test_fused_rules_agree_approximately(mk):
 
 
 def test_batchnorm_vanishing_directions(mk):
-    _, f, _ = mk
+    _, f, out = mk
     b = f["bn_directions"]
     assert b["sum_dx"] < 1e-10 and b["dx_scale"] > 1e-4  # shift invariance: column sums of dx vanish
     # with eps the xhat direction is eps/(var+eps) of the unregularised size, not zero: closed form
     assert b["sum_dx_xhat_predicted_maxdiff"] < 1e-10 and b["sum_dx_xhat_predicted_max"] > 1e-9
     assert b["sum_dx_xhat"] == pytest.approx(b["sum_dx_xhat_predicted_max"], rel=1e-6)
     assert b["eps0_sum_dx"] < 1e-10 and b["eps0_sum_dx_xhat"] < 1e-10  # eps = 0: both vanish
+    # printed beside the course's ~0, the xhat direction with its reason (eps), the eps = 0 line plainly
+    assert f"max |.| {b['sum_dx']:.1e}  (the course: ~0)" in out
+    assert f"max |.| {b['sum_dx_xhat']:.1e}  (the course: ~0; so it is at eps = 0, below; with eps = 1e-05" in out
+    assert f"of dhprebn*xhat {b['eps0_sum_dx_xhat']:.1e}  (the course: ~0)" in out
 
 
 def test_gradir_fused_vs_composed(mk):

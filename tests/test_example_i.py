@@ -33,7 +33,7 @@ def test_weight_count_by_hand(mod, run):
     by_hand = V * D + T * D + 2 * D + B * (4 * D + 4 * (D * D + D) + (M * D + M) + (D * M + D))
     assert f["n_weights"] == by_hand == 5432
     assert 4000 <= by_hand <= 6000  # "about 5k"
-    assert "weights: 5432" in text
+    assert "weights: 5432 in 36 tensors  (the course: ~5k; it rounds, ours is the exact count of these tensors)" in text
 
 
 def test_loss_matches_torch_and_chance(mod, run):
@@ -55,6 +55,7 @@ def test_grads_vs_torch_autograd(run):
     assert err / (1.0 + scale) <= 1e-12
     assert f["rel_err_vs_torch"] == pytest.approx(err / (1.0 + scale), rel=1e-12, abs=1e-300)
     assert "vs torch autograd: max err / (1 + max|grad|) =" in text
+    assert f"= {f['rel_err_vs_torch']:.2e}  (the course: <= 1e-12; a bound, ours is within it)" in text
 
 
 def test_grads_vs_central_differences(mod, run):
@@ -71,6 +72,8 @@ def test_grads_vs_central_differences(mod, run):
         assert abs(f["grads"][name][idx] - g_num) <= 1e-8 + 1e-6 * abs(g), (name, idx)
         assert abs(g - g_num) <= 1e-8 + 1e-6 * abs(g), (name, idx)
     assert f"on {f['fd_samples']} sampled entries" in text
+    assert (f"worst err / (1e-8 + 1e-6|g|) = {f['fd_worst_ratio']:.3f}  (the course: <= 1e-8 + 1e-6|g|, i.e. this ratio "
+            "<= 1; a bound, ours is within it)") in text
 
 
 def test_sampling_is_fixed_and_spread(mod):

@@ -90,6 +90,11 @@ def test_wrong_axis_is_a_shape_mismatch_at_once(wrong):
         import gradir as gr
         gr.checks.cmp("counts_sum_inv", w["hand"]["counts_sum_inv"], f["auto"]["counts_sum_inv"], verbose=False)
     assert "shape mismatch" in text
+    # the right gradient's shape (gradir's, checked above) beside the course's; the table marks, it does not stop
+    assert f["auto"]["counts_sum_inv"].shape == (32, 1)
+    assert "counts_sum_inv is (32, 1)  (the course: (32, 1))" in text
+    assert "the table compares every row and marks the first one not exact" in text and "stops" not in text
+    assert len(w["rows"]) == len(mod.ROWS)  # every row is compared
 
 
 def test_alias_changes_both_and_cmp_locates_it(wrong):
@@ -106,7 +111,7 @@ def test_alias_changes_both_and_cmp_locates_it(wrong):
 
 
 def test_biased_variance_is_close_and_located(wrong):
-    mod, f, _ = wrong
+    mod, f, text = wrong
     b, right = f["biased_variance"], f["right"]
     assert b["first_wrong"] == "bndiff2"
     np.testing.assert_allclose(b["hand"]["bndiff2"], right["bndiff2"] * 31 / 32, rtol=1e-15, atol=0)
@@ -124,10 +129,14 @@ def test_biased_variance_is_close_and_located(wrong):
     drop = f["loss"] - after["right"]
     assert drop > 0 and f["loss"] - after["wrong"] > 0
     assert abs(after["wrong"] - after["right"]) < 1e-3 * drop
+    # ours (the largest relative difference, checked < 3% above) beside the course's ~3% and its reason
+    worst = max([b["step_rel_diff"], *b["per_param_rel_diff"].values()])
+    assert worst < 0.03 and f"ours: at most {worst:.2%}, within ~3%  (the course: a step within ~3%; " in text
+    assert "dbndiff2 is 0.968750 (= 31/32 = 0.968750) of the right one, 3.12% off" in text
 
 
 def test_rulers(wrong):
-    mod, f, _ = wrong
+    mod, f, text = wrong
     r = f["rulers"]
     assert r["dlogprobs_sum_autodiff"] == -1.0 and r["dlogprobs_sum_hand"] == -1.0  # exactly
     assert r["dlogits_row_sum_max"] < 1e-16 < 1e-3 * r["dlogits_scale"]
@@ -137,6 +146,11 @@ def test_rulers(wrong):
     np.testing.assert_array_equal(r["pair_dlogprobs"], [-0.5, -0.5])
     np.testing.assert_allclose(r["pair_dprobs"], [-1 / (2 * 0.99), -1 / (2 * 0.01)], rtol=1e-15)
     assert math.isclose(r["pair_ratio"], 99.0, rel_tol=1e-12)
+    # each ruler beside the course's figure (ours checked against exact arithmetic above)
+    assert "dlogprobs.sum() = -1.0 (hand: -1.0)  (the course: -1.0)" in text
+    assert f"sum to at most {r['dlogits_row_sum_max']:.1e} in size  (the course: ~0)" in text
+    assert f"stability: at most {r['dlogit_maxes_max']:.1e}  (the course: ~0)" in text
+    assert "a factor 99.000000  (the course: a factor of 99)" in text
 
 
 def test_with_names_txt_when_present(wrong):
@@ -220,7 +234,7 @@ def test_residual_gradient_norms_match_torch(engine):
 
 
 def test_head_norms_and_step_match_torch(engine):
-    mod, f, _ = engine
+    mod, f, text = engine
     params, (tokens, targets) = mod.DEC.init_params(), mod.DEC.data()
     _, tg = mod.DEC.torch_loss_and_grads(params, tokens, targets)
     pr = f["probes"]
@@ -237,6 +251,9 @@ def test_head_norms_and_step_match_torch(engine):
         moved = {k: params[k] + sign * mod.STEP * tg[k] / gnorm for k in params}
         assert abs(mod.DEC.torch_loss_and_grads(moved, tokens, targets)[0] - pr[key]) < 1e-11
     assert math.isclose(pr["directional"], gnorm, rel_tol=1e-2)
+    # the course's GPT-2 figures beside ours, with the reason, and the inequalities that hold in ours (checked above)
+    assert "(the course: 3.434449 -> 3.421283 against, 3.447407 along; another model, GPT-2" in text
+    assert f"in ours both hold: {pr['loss_against']:.6f} < {pr['loss']:.6f} < {pr['loss_along']:.6f})" in text
 
 
 # -- part 2: counting ------------------------------------------------------------------------------------
@@ -259,7 +276,7 @@ def test_saved_per_block_by_hand(engine):
 
 
 def test_flops_per_token_against_6n(engine):
-    mod, f, _ = engine
+    mod, f, text = engine
     fl = f["flops"]
     T, D, M, V, B = mod.DEC.T, mod.DEC.D, mod.DEC.MLP, mod.DEC.VOCAB, mod.DEC.BLOCKS
     n_matmul = B * (4 * D * D + 2 * D * M) + V * D
@@ -279,6 +296,8 @@ def test_flops_per_token_against_6n(engine):
         run_torch()[0].backward()
     mine = sum(fl[p][k] for p in ("forward", "backward") for k in ("weight matmuls", "attention matmuls"))
     assert mine * fl["tokens"] == counter.get_total_flops()
+    assert f"ratio {fl['ratio']:.4f}  (the course: 6N (2N + 4N); a rule of thumb" in text
+    assert "vs 2N = 10,864" in text and "vs 4N = 21,728" in text and "vs 6N = 32,592" in text
 
 
 def test_engine_out_writes_the_two_branch_graph_with_its_counts(tmp_path):
