@@ -226,6 +226,7 @@ def main(steps: int = 2000, out: str | None = "out/k_llama", *, dtype: str = "fl
 
     if out is not None:
         out = pathlib.Path(out)
+        out.mkdir(parents=True, exist_ok=True)  # gr.train writes into an existing folder only
         files = {"checkpoint": out / "llama_names.npz", "train_plot": out / "llama_names_loss.svg"}
     result = gr.train(loss, params, opt, lambda k: (X[batches[k]], Y[batches[k]]), steps=steps,
                       eval_fn=lambda p: {"held-out": held_out(p)}, checkpoint=files.get("checkpoint"),

@@ -12,6 +12,12 @@ object with gradir.training.optim's `init(params) -> state` and pure `update(gra
 Step k (0-based) computes the loss of the parameters after k updates on batch k and applies update k+1;
 the loss history holds (k, loss) and the evaluation history (k, value) for the parameters after k updates.
 
+Every path and option is checked before the first step: a checkpoint or plot whose folder is missing or not
+writable, an optimizer factory passed uncalled (`gr.optim.adam` for `gr.optim.adam(lr=...)`), a bad step count
+all fail at once with a GradirError naming what is wrong. Ctrl-C stops after the last finished step, saves the
+checkpoint and plot, and returns that partial TrainResult (`result.interrupted`, `result.note`); a finished run
+rerun says "nothing to train" and what its checkpoint holds.
+
 Checkpoints are one `.npz` file (params, optimizer state, step, loss and evaluation histories, and the pytree
 structure with every leaf's dtype, so they reload as they were), written atomically: a reader, a crash or a
 Ctrl-C never leaves half a file. `resume=True` continues from an existing checkpoint, bit for bit: N steps
@@ -23,6 +29,7 @@ as attributes of the function (`gr.train.load_checkpoint(path)`), since `gr.trai
 
 from __future__ import annotations
 
+import inspect
 import io
 import itertools
 import json
@@ -43,12 +50,18 @@ from gradir.core.errors import CheckpointError, GradirError
 from gradir.training.optim import loss_and_grads
 from gradir.training.step_memory import step_memory
 from gradir.util.fileio import write_atomic, write_atomic_with
+from gradir.util.outfolder import check_file_writable
 from gradir.util.pytree import TreeDef, tree_flatten_with_path, tree_unflatten
 
 FORMAT = "gradir.train checkpoint"
 VERSION = 1
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 MAX_POINTS = 2000  # loss points a plot draws; longer histories are drawn per bin of steps
+# evaluation names drawn on the plot's second y axis (a score, not a loss): a name containing one of these words
+METRIC_WORDS = ("acc", "accuracy", "precision", "recall", "f1", "auc", "score", "iou", "bleu", "top1", "top5")
+
+__all__ = ["Checkpoint", "CheckpointError", "TrainResult", "load_checkpoint", "plot_losses", "save_checkpoint",
+           "train", "train_step"]
 
 
 @dataclass
@@ -65,6 +78,8 @@ class TrainResult:
     plot: Path | None = None
     resumed_from: int | None = None  # the checkpoint's step when the run resumed, else None
     seconds: float = 0.0  # wall time of this call
+    interrupted: bool = False  # stopped by Ctrl-C: `step` is the last finished step (the checkpoint holds it)
+    note: str | None = None  # what the run said besides training: nothing to train, interrupted, optimizer changed
     step_fn: Callable | None = field(default=None, repr=False)  # the compiled training step (its .graph(), .source())
 
     @property
@@ -74,7 +89,8 @@ class TrainResult:
     def __repr__(self) -> str:
         loss = f", loss {self.losses[0][1]:.6g} -> {self.final_loss:.6g}" if self.losses else ""
         files = "".join(f", {k}={str(v)!r}" for k, v in (("checkpoint", self.checkpoint), ("plot", self.plot)) if v)
-        return f"TrainResult(step={self.step}{loss}, {len(self.evals)} evals{files})"
+        stopped = ", interrupted" if self.interrupted else ""
+        return f"TrainResult(step={self.step}{loss}, {len(self.evals)} evals{files}{stopped})"
 
 
 # -- the step -------------------------------------------------------------------------------------
@@ -258,9 +274,19 @@ def _check_plot_path(plot) -> Path:
     return p
 
 
-def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = None) -> Path:
+def is_metric(name: str) -> bool:
+    """Whether the evaluation `name` is a score drawn on its own axis ("accuracy", "val_acc", "f1"), not a loss:
+    one of its words (split at _, -, /, . and spaces) is in METRIC_WORDS."""
+    words = name.lower().replace("-", " ").replace("_", " ").replace("/", " ").replace(".", " ").split()
+    return any(w in METRIC_WORDS for w in words)
+
+
+def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = None,
+                metrics: Iterable[str] | None = None) -> Path:
     """Draw the training loss per step and the evaluation points (one series per key of dict values) to
-    `path` (.png, .svg or .pdf, by extension), written atomically."""
+    `path` (.png, .svg or .pdf, by extension), written atomically. Evaluations that are not losses (`metrics`,
+    names; default: those `is_metric` picks, such as "accuracy") get a second y axis on the right, so a score
+    in [0, 1] is not read on the loss scale."""
     from matplotlib import rc_context
     from matplotlib.figure import Figure
 
@@ -282,10 +308,15 @@ def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = N
         for k, v in evals:
             for name, x in (v.items() if isinstance(v, dict) else [("eval", v)]):
                 series.setdefault(str(name), []).append((k, x))
+        chosen = set(metrics) if metrics is not None else {name for name in series if is_metric(name)}
+        right = ax.twinx() if chosen & set(series) else None
         for i, (name, pts) in enumerate(series.items()):
             xs, ys = zip(*pts)
-            ax.plot(xs, ys, "o-", ms=4, lw=1, color=f"C{(i + 1) % 10}", label=name)
-        drawn = [v for _, v in losses] + [x for pts in series.values() for _, x in pts]
+            (right if name in chosen else ax).plot(xs, ys, "o-" if name not in chosen else "s--", ms=4, lw=1,
+                                                   color=f"C{(i + 1) % 10}", label=name)
+        if right is not None:
+            right.set_ylabel(", ".join(n for n in series if n in chosen))
+        drawn = [v for _, v in losses] + [x for n, pts in series.items() if n not in chosen for _, x in pts]
         finite = [v for v in drawn if np.isfinite(v)]
         if finite and min(finite) > 0 and max(finite) / min(finite) > 100:  # decades of progress read best on a log axis
             ax.set_yscale("log")
@@ -293,8 +324,9 @@ def plot_losses(path: str | os.PathLike, losses, evals=(), title: str | None = N
         ax.set_ylabel("loss")
         ax.set_title(title or "training loss", wrap=True)  # wrapped at the figure's edge, not cut
         ax.grid(alpha=0.3)
-        if losses or series:
-            ax.legend(loc="upper right")
+        if losses or series:  # one legend for both axes
+            handles = ax.get_legend_handles_labels()[0] + (right.get_legend_handles_labels()[0] if right else [])
+            (right or ax).legend(handles=handles, loc="upper right")  # on the top axes: not under its lines
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, metadata={"Date": None} if fmt in ("svg", "pdf") else None, dpi=110)
     return write_atomic(path, buf.getvalue())
@@ -348,6 +380,50 @@ class _Progress:
             self.bar.stop()  # its console still prints the lines below the finished bar
 
 
+def _check_optimizer(opt) -> None:
+    """`opt` has `init` and `update`; a GradirError that says what to do for a factory passed uncalled
+    (`gr.optim.adam`), a class, or anything else."""
+    if isinstance(opt, type):
+        raise GradirError(f"the optimizer {opt.__name__} is a class: pass an instance, {opt.__name__}(...)", op="train")
+    if callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None)):
+        return
+    if callable(opt):
+        module, name = getattr(opt, "__module__", "") or "", getattr(opt, "__name__", None) or repr(opt)
+        face = {"gradir.training.optim": "gr.optim", "gradir.training.amp": "gr.amp"}.get(module)
+        shown = f"{face}.{name}" if face else name
+        try:
+            first = next(iter(inspect.signature(opt).parameters), None)
+        except (TypeError, ValueError):
+            first = None
+        call = f"{shown}({first}=...)" if first else f"{shown}()"
+        if face:
+            raise GradirError(f"{shown} is a factory: call it, {call}", op="train")
+        raise GradirError(f"the optimizer {shown} is a function, not an optimizer (an object with init(params) and "
+                          f"update(grads, state, params)); if it makes one, call it: {call}", op="train")
+    raise GradirError(f"the optimizer must have init(params) and update(grads, state, params) (gr.optim.adam(lr=...) "
+                      f"and the like), got {type(opt).__name__}", op="train")
+
+
+def _check_writable(path, what: str) -> Path:
+    """The `what` file (checkpoint, plot) can be written at `path`: its folder exists and takes a file. Checked
+    before the first step, so an hour of training never ends in an OSError at the first save."""
+    p = Path(path)
+    try:
+        return check_file_writable(p)
+    except OSError as e:
+        error = CheckpointError if what == "checkpoint" else GradirError
+        raise error(f"cannot write the {what} {p}: {e.strerror or e}", op="train") from None
+
+
+def _optimizer_change(ck: Checkpoint, opt) -> str | None:
+    """"its optimizer was X, this call's is Y" when the checkpoint recorded other optimizer settings (both
+    printable: an object printed with its address says nothing)."""
+    saved, now = ck.meta.get("optimizer"), repr(opt)
+    if not isinstance(saved, str) or saved == now or " at 0x" in saved + now:
+        return None
+    return f"its optimizer was {saved}, this call's is {now}"
+
+
 def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any], steps: int | None = None, *,
           eval_fn: Callable | None = None, eval_every: int | None = None,
           checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None, resume: bool = True,
@@ -361,17 +437,23 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
     eval_fn: `eval_fn(params) -> float or {name: float}`, run after every `eval_every` steps (default: at the
         last step), shown above the progress bar and recorded in `result.evals` as (step, value).
     checkpoint: a `.npz` path written every `checkpoint_every` steps (default: only at the end), at the end,
-        and on Ctrl-C (the last finished step), always atomically. With `resume=True` an existing checkpoint
+        and on Ctrl-C (the last finished step), always atomically; its folder must exist and be writable
+        (checked before the first step). With `resume=True` an existing checkpoint
         there is loaded and training continues from its step, histories included; `resume=False` starts over
         (and overwrites it). A checkpoint that cannot be read, or whose parameters or optimizer state have
-        another structure or shapes, raises CheckpointError naming the file.
-    plot: a `.png`/`.svg`/`.pdf` loss curve (training loss and evaluation points), written at the end, with
-        every checkpoint, and on Ctrl-C.
+        another structure or shapes, raises CheckpointError naming the file. A checkpoint already at `steps`
+        trains nothing: the result's `note` says so, and whether this call's optimizer settings differ from the
+        checkpoint's (they apply only to steps still to run; resume=False starts over with them).
+    plot: a `.png`/`.svg`/`.pdf` loss curve (training loss and evaluation points; scores such as accuracy on a
+        second axis), written at the end, with every checkpoint, and on Ctrl-C.
     progress: a rich progress bar on stderr (step, loss, steps/s); False prints nothing.
     compile / backend: the step `(params, state, *batch) -> (loss, params, state)` is one `gr.compile`d
         program (`train_step`), compiled once; compile=False runs it eagerly.
 
-    Returns a TrainResult: params, state (optimizer), step, losses [(step, loss)], evals, checkpoint, plot.
+    Ctrl-C stops after the last finished step, saves the checkpoint and plot, and returns the partial
+    TrainResult (`interrupted=True`, its `note` printed with the progress bar) instead of raising.
+
+    Returns a TrainResult: params, state (optimizer), step, losses [(step, loss)], evals, checkpoint, plot, note.
     """
     t_start = time.perf_counter()
     as_function = callable(batches) and not isinstance(batches, Iterable)
@@ -381,14 +463,16 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "steps" else 1)):
             raise GradirError(f"{name} must be a {'non-negative' if name == 'steps' else 'positive'} integer, got {v!r}",
                               op="train")
-    plot_path = _check_plot_path(plot) if plot is not None else None  # before training, not after an hour of it
-    ck_path = Path(checkpoint) if checkpoint is not None else None
+    _check_optimizer(opt)
+    # before training, not after an hour of it
+    plot_path = _check_writable(_check_plot_path(plot), "plot") if plot is not None else None
+    ck_path = _check_writable(checkpoint, "checkpoint") if checkpoint is not None else None
 
     state = opt.init(params)
     if ck_path is not None:  # a pytree that cannot be saved fails now, not at the first checkpoint
         _encode("params", params)
         _encode("state", state)
-    start, losses, evals, resumed_from = 0, [], [], None
+    start, losses, evals, resumed_from, changed = 0, [], [], None, None
     if ck_path is not None and resume and ck_path.exists():
         ck = load_checkpoint(ck_path)
         _check_fits(ck, "params", params, dtypes_too=True)
@@ -398,6 +482,9 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
                                   f"{ck.step} steps, or pass resume=False to start over", op="train")
         params, state, start, resumed_from = ck.params, ck.state, ck.step, ck.step
         losses, evals = list(ck.losses), list(ck.evals)
+        changed = _optimizer_change(ck, opt)
+        if steps is not None and ck.step == steps:  # finished: no progress bar stuck at "400/400 loss -"
+            return _nothing_to_train(ck, params, state, steps, changed, plot_path, progress, t_start)
 
     step_fn = train_step(loss, opt, compile=compile, backend=backend)
     if as_function:
@@ -420,8 +507,12 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
             plot_losses(plot_path, losses, evals)
 
     saved_at = start if resumed_from is not None else None
+    notes = [f"resumed from step {start} of checkpoint {ck_path}; {changed}: the steps from {start} on use this "
+             "call's (resume=False starts over with it)"] if changed else []
     bar = _Progress(progress, total, start)
-    k, first = start, len(losses)
+    for note in notes:
+        bar.print(note)
+    k, first, interrupted = start, len(losses), False
     try:
         for batch in source:
             value, new_params, new_state = step_fn(params, state, *_as_args(batch))
@@ -439,21 +530,44 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
             evals.append((k, _eval_value(eval_fn(params))))  # an iterable of unknown length: evaluate at its end
             bar.print(f"step {k}: eval {_eval_text(evals[-1][1])}")
         save(k)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the user stopped the run: keep what it did and return it, no traceback
         bar.stop()
+        interrupted = True
         del losses[first + k - start:]
         if k > start:  # keep the finished steps: rerunning with resume=True continues from here
             save(k)
-            if ck_path is not None:
-                bar.print(f"interrupted at step {k}; checkpoint {ck_path} holds it (resume=True continues from there)")
-        raise
+        kept = (f"checkpoint {ck_path} holds it (resume=True continues from there)" if ck_path is not None and k > start
+                else "no checkpoint holds it (pass checkpoint= to continue later)" if k > start
+                else "no step had finished")
+        notes.append(f"interrupted at step {k}; {kept}")
+        bar.print(notes[-1])
     finally:
         bar.stop()
-    if k > start:
+    if k > start and not interrupted:
         files = "".join(f"; {what} {p}" for what, p in (("checkpoint", ck_path), ("plot", plot_path)) if p is not None)
         bar.print(f"trained {k - start} steps (to step {k}): loss {losses[first][1]:.6g} -> {losses[-1][1]:.6g}{files}")
+    elif k == start and not interrupted and resumed_from is not None:  # an iterable that ran out where the run stopped
+        notes.append(f"nothing to train: the batches run out at step {k}, where checkpoint {ck_path} already is")
+        bar.print(notes[-1])
     return TrainResult(params, state, k, losses, evals, ck_path, plot_path, resumed_from,
-                       time.perf_counter() - t_start, step_fn)
+                       time.perf_counter() - t_start, interrupted, "; ".join(notes) or None, step_fn)
+
+
+def _nothing_to_train(ck: Checkpoint, params, state, steps: int, changed: str | None, plot: Path | None,
+                      progress: bool, t_start: float) -> TrainResult:
+    """The result of a run whose checkpoint is at `steps` already: its parameters and histories (and plot), and
+    a note saying so (printed unless progress=False), with the optimizer settings when this call's differ."""
+    last = f" (loss {ck.losses[-1][1]:.6g} at step {ck.losses[-1][0]})" if ck.losses else ""
+    note = (f"nothing to train: checkpoint {ck.path} holds all {steps} steps{last}; ask for more steps to continue, "
+            "or pass resume=False to start over")
+    if changed:
+        note += f"; {changed}, which no step used: resume=False trains afresh with it"
+    if plot is not None:
+        plot_losses(plot, ck.losses, ck.evals)
+    if progress:
+        Console(stderr=True).print(note, markup=False, highlight=False, soft_wrap=True)
+    return TrainResult(params, state, ck.step, list(ck.losses), list(ck.evals), ck.path, plot, ck.step,
+                       time.perf_counter() - t_start, note=note)
 
 
 # `gr.train` is this function (it hides the module's name on the package): the pieces hang off it

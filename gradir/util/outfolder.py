@@ -33,6 +33,27 @@ def check_writable(folder: str | os.PathLike) -> Path:
     return folder
 
 
+def check_file_writable(path: str | os.PathLike) -> Path:
+    """Prove a file can be written at `path` without creating anything: its folder exists and takes a probe
+    file (created and removed), and `path` is not a folder. OSError if not, its strerror a phrase for a
+    message ("its folder out does not exist") and its filename the path at fault."""
+    path = Path(path)
+    folder = path.parent
+    if not folder.exists():
+        raise FileNotFoundError(2, f"its folder {folder} does not exist (create it first)", str(folder))
+    if not folder.is_dir():
+        raise NotADirectoryError(20, f"{folder} is a file, not a folder", str(folder))
+    if path.is_dir():
+        raise IsADirectoryError(21, "it is a folder, not a file", str(path))
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".gradir-probe.", suffix=".tmp")
+    except OSError as e:
+        raise type(e)(e.errno, f"{e.strerror or e} (in {folder})", str(folder)) from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
 class OutputFolder:
     """The files one run named `name` writes into `folder`, recorded in `name.manifest.json`.
     `about` (the model file, the function...) is stored in the manifest too."""
