@@ -17,12 +17,10 @@ with exit code 2, never as a traceback.
 from __future__ import annotations
 
 import contextlib
-import decimal
 import importlib.machinery
 import importlib.util
 import inspect
 import io
-import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -39,6 +37,15 @@ from rich.table import Table
 from gradir.api import checks
 from gradir.api.specs import CONVENTION, SpecDType, TensorSpec, default_argnums, resolve_example
 from gradir.api.transforms import trace_grad
+from gradir.cli.options import (
+    PLOT_SUFFIXES,
+    CLIError,
+    Remat,
+    check_backend,
+    check_output_file,
+    check_segments,
+    parse_size,
+)
 from gradir.cli.reports import FORMATS, View, as_json, check_format, emit, fold_composites
 from gradir.cli.torch_models import TorchModelError, loss_function, torch_module
 from gradir.core import dtypes
@@ -52,21 +59,14 @@ from gradir.util.outfolder import OutputFolder, check_writable
 from gradir.util.pytree import tree_flatten, tree_map
 from gradir.viz import memory_timeline, write_report
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# rich_markup_mode=None: click's help, where a flag reads `--viz / --no-viz` (rich's shows `<bool>`, as if it took
+# a value) and every help text wraps as whole sentences
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="gradir: trace, differentiate and inspect Python functions as SSA graphs.")
 
 MODULE_NAME = "model"
 DEFAULT_FUNCTIONS = ("loss", "model")
-EXIT_USAGE = 2   # the model file or the command line is at fault
 EXIT_FAILED = 1  # the command ran and found a problem (a failed gradient check)
-
-
-class CLIError(Exception):
-    """A one-line error for stderr; `code` becomes the exit status."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(" ".join(message.split()))  # one line, whatever the message held
-        self.code = code
 
 
 # -- loading a model file ---------------------------------------------------------------------------
@@ -203,8 +203,11 @@ def load_target(path: str, fn_name: str | None, argnums: str | None) -> Target:
 def _torch_target(path: str, module: ModuleType, argnums: str | None) -> Target | None:
     """A PyTorch model file (`model()` returns an nn.Module; gradir.cli.torch_models): the module and its loss
     captured with gr.from_torch, differentiated with respect to its parameters. None for other files."""
-    with _user_code(path):
-        net = torch_module(module)
+    try:
+        with _user_code(path):
+            net = torch_module(module)
+    except TorchModelError as e:
+        raise CLIError(f"{path}: {e}") from None
     if net is None:
         return None
     try:
@@ -365,26 +368,31 @@ PLOT_HELP = ("Also write the memory timeline of forward then backward (svg, png 
              "each --buckets bucket's launch step marked.")
 BUCKETS_HELP = ("Plan data-parallel gradient buckets of at most this size (bytes or 1MiB, 25MB, ...): gradients "
                 "grouped in the order the schedule makes them final, as DDP's bucket_cap_mb.")
-SEGMENTS_HELP = "Segments for --remat uniform (default: the square root of the number of blocks)."
+SEGMENTS_HELP = ("Segments for --remat uniform, 1 to the model's number of blocks (default: the square root of "
+                 "the number of blocks).")
 FORMAT_HELP = f"{', '.join(FORMATS)}: a text table, the report's to_dict(), or one CSV line per row."
 FULL_HELP = "Print every row (a terminal shows the first and last ones, and the rows that matter)."
 LIMIT_HELP = "Print at most N rows of each report table (and N lines of each IR listing)."
-OUTPUT_HELP = "Write to this file (atomically) instead of the terminal, every row."
+OUTPUT_HELP = "Write to this file (atomically) instead of the terminal, every row; its folder must exist."
+VIZ_HELP = ("Also write diagrams (.dot, and .svg via Graphviz's dot), the memory plot and an HTML report into "
+            "--out (default gradir_out/).")
+OUT_HELP = "Folder for the IR text files and --viz's files, created if missing and checked before any work."
 # the options every report command takes (`gradir schedule`, `saved`, `memory`)
 Format = Annotated[str, typer.Option("--format", help=FORMAT_HELP)]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help=OUTPUT_HELP)]
 Full = Annotated[bool, typer.Option("--full", help=FULL_HELP)]
 Limit = Annotated[int | None, typer.Option("--limit", help=LIMIT_HELP, min=1)]
+Viz = Annotated[bool, typer.Option("--viz/--no-viz", help=VIZ_HELP)]
+Out = Annotated[Path | None, typer.Option("--out", help=OUT_HELP)]
 
 
-@app.command()
-def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+@app.command(short_help="Print the forward and backward IR of a model file's function, and what backward keeps.")
+def trace(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
           fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
           argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
           policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
-          out: Annotated[Path | None, typer.Option("--out", help="Also write the IR text files into this folder.")] = None,
-          viz: Annotated[bool, typer.Option("--viz", help="Also write diagrams (.dot, .svg via Graphviz's dot), the memory "
-                                                       "plot and an HTML report into --out (default gradir_out/).")] = False,
+          out: Out = None,
+          viz: Viz = False,
           full: Annotated[bool, typer.Option("--full", help="Print everything: every IR line and report row (a terminal "
                                                        "shows the first and last ones), large constants in full "
                                                        "(so the IR parses back).")] = False,
@@ -395,7 +403,7 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
           remat: Annotated[str | None, typer.Option("--remat", help=REMAT_HELP)] = None,
           budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
           segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None,
-          passes: Annotated[bool, typer.Option("--passes", help="Also print the graph after every pass, from the "
+          passes: Annotated[bool, typer.Option("--passes/--no-passes", help="Also print the graph after every pass, from the "
                                                              "trace through autodiff and each cleanup pass.")] = False,
           backend: Annotated[str | None, typer.Option("--backend", help="Also print the fused kernels a compiled backend "
                                                       "runs (llvm): each kernel's loop nest, nodes and bytes.")] = None):
@@ -409,6 +417,8 @@ def trace(file: Annotated[str, typer.Argument(help=FILE_HELP)],
         if error:
             raise CLIError(error)
         plan = Remat.from_options(remat, budget, segments)
+        check_backend(backend)
+        check_output_file(output, "--output")
         folder = _output_folder(out, viz)  # before the work: an unwritable --out fails at once
         t = load_target(file, fn, argnums)
         j = _trace_grad(t, file, policy, plan)
@@ -541,23 +551,31 @@ def _trace_grad(t: Target, file: str, policy: str, remat: Remat | None = None):
         if remat is None:
             return trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy)
         j = trace_grad(t.fn, *t.args, argnums=t.argnums, policy=policy, **remat.keywords())
-        j.remat  # noqa: B018 - plan and measure here, so a planning failure is reported like any other
-        return j
+        blocks = j.remat.to_dict()["blocks"]  # plan and measure here: a planning failure is reported like any other
+    check_segments(remat, blocks, t.fn.__name__)  # before any output: a plan would silently cut fewer
+    return j
 
 
 def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | None = None, full: bool = False,
-                    limit: int | None = None, output: Path | None = None, buckets: int | None = None):
+                    limit: int | None = None, output: Path | None = None, buckets: int | None = None,
+                    out: Path | None = None, viz: bool = False, plot: Path | None = None):
     """Print (or write to `output`) the report `what` of FILE's function: a table, JSON or CSV; with
-    `buckets` (bytes), the data-parallel bucket plan after it."""
+    `buckets` (bytes), the data-parallel bucket plan after it; then the IR files (--out) and diagrams (--viz).
+    Every option and output path is checked before the work."""
     error = check_format(fmt)
-    if error:
-        _fail(CLIError(error))
     try:
+        if error:
+            raise CLIError(error)
+        check_output_file(output, "--output")
+        check_output_file(plot, "--plot", PLOT_SUFFIXES)
+        folder = _output_folder(out, viz)
         t = load_target(file, fn, argnums)
         j = _trace_grad(t, file, policy, remat)
         report = getattr(j, what)
     except CLIError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(folder)
     extra = {"remat": j.remat} if remat is not None else {"buckets": j.buckets(buckets)} if buckets else {}
     if fmt == "json":
         data = report.to_dict() if not extra else {what: report.to_dict(), **{k: r.to_dict() for k, r in extra.items()}}
@@ -572,106 +590,33 @@ def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | No
         for r in extra.values():
             text += "\n\n" + view.report(r)
         _emit(text, output)
+    _write_outputs(_console(), j, t, folder, ir=out is not None, viz=viz)
     return j
 
 
-# -- recompute planning options ---------------------------------------------------------------------
 
-SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-SIZE_SYNTAX = ("write bytes (1000000) or a number with a unit: B, KB, MB, GB, TB (powers of 1000) or "
-               "KiB, MiB, GiB, TiB (powers of 1024), e.g. 4MiB, 512KiB, 1.5GB")
-
-
-def parse_size(text: str, option: str = "--budget") -> int:
-    """Bytes from a size such as ``4MiB``, ``512 KiB``, ``1.5GB``, ``1000000`` or ``4,250 B`` (units are
-    case-insensitive; KB/MB/GB are powers of 1000, KiB/MiB/GiB powers of 1024), rounded to the nearest
-    whole byte, so the sizes gradir prints (``4.15 KiB``) read back. A CLIError names what is wrong."""
-    stripped = text.strip()
-    number = stripped.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
-    unit = stripped[len(number):].strip().lower()
-    if re.fullmatch(r"\d{1,3}(,\d{3})+(\.\d*)?", number):  # thousands separators, as in "4,250 B"
-        number = number.replace(",", "")
-    try:
-        value = decimal.Decimal(number)
-    except decimal.InvalidOperation:
-        value = None
-    if value is None or not value.is_finite() or unit not in SIZE_UNITS:
-        raise CLIError(f"{option} {text!r} is not a size: {SIZE_SYNTAX}")
-    if value <= 0:
-        raise CLIError(f"{option} {text!r} must be a positive number of bytes")
-    size = (value * SIZE_UNITS[unit]).to_integral_value(rounding=decimal.ROUND_HALF_UP)
-    if size < 1:
-        raise CLIError(f"{option} {text!r} is less than half a byte (it rounds to 0 B)")
-    return int(size)
-
-
-@dataclass
-class Remat:
-    """The recompute plan asked for on the command line (passes.remat's policies)."""
-
-    policy: str
-    budget: int | None = None
-    segments: int | None = None
-
-    @classmethod
-    def from_options(cls, policy: str | None, budget: str | None, segments: int | None) -> Remat | None:
-        """None when no recompute option was given; a CLIError for a bad one."""
-        if policy is None and budget is None and segments is None:
-            return None
-        if policy is not None and policy not in REMAT_POLICIES:
-            raise CLIError(f"unknown --remat {policy!r} (have: {', '.join(REMAT_POLICIES)})")
-        nbytes = None if budget is None else parse_size(budget)
-        policy = policy or ("optimal" if nbytes is not None else "uniform")
-        if nbytes is not None and policy != "optimal":  # the heuristics never look at a budget: not silently
-            raise CLIError(f"--budget is an option of --remat optimal, the policy that plans under a budget; "
-                           f"--remat {policy} does not look at one (its report gives the activation peak it reaches)")
-        if segments is not None and policy != "uniform":
-            raise CLIError(f"--segments is an option of --remat uniform, not of --remat {policy}")
-        if segments is not None and segments < 1:
-            raise CLIError(f"--segments {segments} must be at least 1")
-        return cls(policy, nbytes, segments)
-
-    def keywords(self) -> dict:
-        kw: dict[str, Any] = {"remat": self.policy, "memory_budget": self.budget}
-        if self.segments is not None:
-            kw["segments"] = self.segments
-        return kw
-
-    def summary(self, report) -> str:
-        """One line: what the plan keeps, what it recomputes, what it costs."""
-        d = report.to_dict()
-        opts = ", ".join(f"{k}={v}" for k, v in d["options"].items() if k in ("segments", "keep_ops"))
-        if d["optimal"] is not None:  # the planner's note: the gap it proved and the time limit it ran under
-            opts = ", ".join(filter(None, [opts, d["note"] if d["optimal"] else f"not proven optimal: {d['note']}"]))
-        budget = f" (budget {human_bytes(self.budget, exact=True)})" if self.budget is not None else ""
-        return (f"{d['policy']}{f' ({opts})' if opts else ''}: {d['saved_count']} activations saved "
-                f"({human_bytes(d['saved_bytes'], exact=True)}), {d['recomputed_ops']} ops recomputed "
-                f"({d['recompute_flops']:,} flops), {d['block_calls']} block calls for {d['blocks']} blocks, "
-                f"activation peak {human_bytes(d['peak_bytes'], exact=True)}{budget}")
-
-
-
-def _report_cli(what: str, doc: str) -> None:
+def _report_cli(what: str, short: str, doc: str) -> None:
     """Register `gradir WHAT`, a command printing the trace's report `what` (schedule, saved)."""
-    def command(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+    def command(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
                 fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
                 argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
                 policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
-                fmt: Format = "table", output: Output = None, full: Full = False, limit: Limit = None):
-        _report_command(file, fn, argnums, policy, fmt, what, full=full, limit=limit, output=output)
+                fmt: Format = "table", output: Output = None, full: Full = False, limit: Limit = None,
+                viz: Viz = False, out: Out = None):
+        _report_command(file, fn, argnums, policy, fmt, what, full=full, limit=limit, output=output, out=out, viz=viz)
     command.__doc__ = doc
-    app.command(name=what)(command)
+    app.command(name=what, short_help=short)(command)
 
 
-@app.command()
-def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+@app.command(short_help="Print the backward schedule step by step, and the data-parallel buckets (--buckets).")
+def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
              fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
              argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
              policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
              buckets: Annotated[str | None, typer.Option("--buckets", help=BUCKETS_HELP)] = None,
              plot: Annotated[Path | None, typer.Option("--plot", help=PLOT_HELP)] = None,
-             fmt: Format = "table", output: Output = None, full: Full = False, limit: Limit = None):
+             fmt: Format = "table", output: Output = None, full: Full = False, limit: Limit = None,
+             viz: Viz = False, out: Out = None):
     """The backward pass's dependency-counted schedule, step by step: node run, counts decremented, ready
     queue after, bytes freed. With --buckets SIZE, then the data-parallel gradient buckets: which gradients
     share an all-reduce and the step each bucket can launch at."""
@@ -680,7 +625,7 @@ def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP)],
     except CLIError as e:
         _fail(e)
     j = _report_command(file, fn, argnums, policy, fmt, "schedule", full=full, limit=limit, output=output,
-                        buckets=size)
+                        buckets=size, out=out, viz=viz, plot=plot)
     if plot is not None:
         try:
             written = memory_timeline({policy: j.memory}, plot, buckets=j.buckets(size) if size else None)
@@ -689,12 +634,13 @@ def schedule(file: Annotated[str, typer.Argument(help=FILE_HELP)],
         typer.echo(f"wrote {written}", err=True)
 
 
-_report_cli("saved", "The saved-tensor report: every value forward keeps for backward, its bytes, who made it, "
+_report_cli("saved", "Print every value forward keeps for backward: its bytes, maker, reason and last use.",
+            "The saved-tensor report: every value forward keeps for backward, its bytes, who made it, "
                      "which rule needs it and why, its backward readers and last use.")
 
 
-@app.command()
-def memory(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+@app.command(short_help="Print the memory plan of forward then backward, under a recompute plan (--remat).")
+def memory(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
            fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
            argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
            policy: Annotated[str, typer.Option("--policy", help=POLICY_HELP)] = "engine",
@@ -702,14 +648,15 @@ def memory(file: Annotated[str, typer.Argument(help=FILE_HELP)],
            remat: Annotated[str | None, typer.Option("--remat", help=REMAT_HELP)] = None,
            budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
            segments: Annotated[int | None, typer.Option("--segments", help=SEGMENTS_HELP)] = None,
-           output: Output = None, full: Full = False, limit: Limit = None):
+           output: Output = None, full: Full = False, limit: Limit = None, viz: Viz = False, out: Out = None):
     """The memory plan of forward then backward: live bytes per step, peak, lower bound, arena.
     With --remat/--budget, under a recompute plan, followed by the plan's report (json: {"memory", "remat"})."""
     try:
         plan = Remat.from_options(remat, budget, segments)
     except CLIError as e:
         _fail(e)
-    _report_command(file, fn, argnums, policy, fmt, "memory", plan, full=full, limit=limit, output=output)
+    _report_command(file, fn, argnums, policy, fmt, "memory", plan, full=full, limit=limit, output=output, out=out,
+                    viz=viz)
 
 
 def _as_float64(x):
@@ -723,17 +670,20 @@ CHECK_EVERY_UP_TO = 2_000  # coordinates `gradir check` takes one by one (two ru
 DIRECTIONS = 16
 
 
-@app.command()
-def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
+@app.command(short_help="Check a model file's gradients against central differences, in float64.")
+def check(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
           fn: Annotated[str | None, typer.Option("--fn", help=FN_HELP)] = None,
           argnums: Annotated[str | None, typer.Option("--argnums", help=ARGNUMS_HELP)] = None,
-          forward_mode: Annotated[bool, typer.Option("--fwd", help="Also check forward mode (one jvp per coordinate).")] = False,
+          forward_mode: Annotated[bool, typer.Option("--fwd/--no-fwd", help="Also check forward mode (one jvp per "
+                                                     "coordinate).")] = False,
           every: Annotated[bool, typer.Option("--all", help=f"Check every coordinate even above {CHECK_EVERY_UP_TO:,} "
                                               f"(by default bigger models are checked along {DIRECTIONS} random directions).")]
-          = False):
+          = False, viz: Viz = False, out: Out = None):
     """Check FILE's gradients against central differences, in float64: coordinate by coordinate, or along
-    random directions when there are more coordinates than can be checked one by one in reasonable time."""
+    random directions when there are more coordinates than can be checked one by one in reasonable time.
+    With --viz, then the diagrams and report of the traced gradient (as gradir trace --viz)."""
     try:
+        folder = _output_folder(out, viz)
         t = load_target(file, fn, argnums)
         args = tuple(tree_map(_as_float64, a) for a in t.args)  # float32 differences are too coarse to judge
         count = sum(np.size(x) for i in t.argnums for x in tree_flatten(t.args[i])[0])
@@ -757,6 +707,18 @@ def check(file: Annotated[str, typer.Argument(help=FILE_HELP)],
            else "coordinate by coordinate")
     typer.echo(f"gradcheck passed: {t.fn.__name__}, {count:,} coordinates of {names} agree with central differences "
                f"{how} (float64)")
+    _check_outputs(t, file, folder, out, viz)
+
+
+def _check_outputs(t: Target, file: str, folder: Path | None, out: Path | None, viz: bool) -> None:
+    """`gradir check --out/--viz`: the traced gradient's IR files and diagrams, as `gradir trace` writes them."""
+    if folder is None:
+        return
+    try:
+        j = _trace_grad(t, file, "engine")
+    except CLIError as e:
+        _fail(e)
+    _write_outputs(_console(), j, t, folder, ir=out is not None, viz=viz)
 
 
 def _check_directions(fn, args, argnums) -> None:

@@ -38,6 +38,9 @@ def torch_module(module: ModuleType):
     if torch is None or not callable(make) or not _takes_no_arguments(make):
         return None
     net = make()
+    if isinstance(net, type) and issubclass(net, torch.nn.Module):  # `return MLP` for `return MLP()`
+        raise TorchModelError(f"model() returns the class {net.__name__}, not a module: return an instance, "
+                              f"{net.__name__}(...)")
     return net if isinstance(net, torch.nn.Module) else None
 
 
