@@ -24,6 +24,7 @@ import numpy as np
 from gradir.core import dtypes
 from gradir.core.errors import ExecutionError, GradirError
 from gradir.core.ir import Graph, Value
+from gradir.core.nan_check import NAN_CHECKS, check_outputs, holds_nan, nan_at_node
 from gradir.core.primitive import get_primitive, numpy_namespace
 
 _DTYPE_NAMES = {d: f"np.{d.name}" for d in dtypes.SHORT_NAMES if d != dtypes.bfloat16}
@@ -190,9 +191,12 @@ class CompiledGraph:
     def __call__(self, *args):
         try:
             with np.errstate(all="ignore"):
-                return self.fn(*args)
+                outs = self.fn(*args)
         except _RUNTIME_ERRORS as e:
             raise self._located(e) from e
+        if NAN_CHECKS[-1]:  # gr.debug_nans: a NaN result is traced to its op by the interpreter
+            check_outputs(self.graph, args, outs, run)
+        return outs
 
     def _located(self, e: Exception) -> ExecutionError:
         """Name the node whose generated line raised (found from the traceback's line number)."""
@@ -266,6 +270,7 @@ def measure_memory(graph: Graph, args: list, order: list[Value] | None = None) -
 def run(graph: Graph, args: list) -> list:
     """Interpret `graph` (of primitives) on NumPy arrays, node by node (no code generation)."""
     env: dict[Value, Any] = dict(zip(graph.inputs, args))
+    checking = NAN_CHECKS[-1]  # gr.debug_nans: each node's output
     with np.errstate(all="ignore"):
         for n in graph.nodes:
             if n.op == "const":
@@ -279,4 +284,6 @@ def run(graph: Graph, args: list) -> list:
                 except _RUNTIME_ERRORS as e:
                     raise ExecutionError(f"{type(e).__name__}: {e}", op=n.op, source=n.source) from e
                 env[n] = out if getattr(out, "dtype", None) == n.dtype else np.asarray(out).astype(n.dtype)
+                if checking and holds_nan(env[n]):
+                    raise nan_at_node(n, env)
     return [env[o] for o in graph.outputs]

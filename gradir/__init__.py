@@ -12,8 +12,9 @@ from gradir.api.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: 
 from gradir.api.transforms import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
 from gradir.core import dtypes, errors
 from gradir.core.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
-from gradir.core.errors import GradirError
+from gradir.core.errors import GradirError, NonFiniteError
 from gradir.core.ir import Graph, Value
+from gradir.core.nan_check import debug_nans
 from gradir.core.source import scope
 from gradir.eager.grad_mode import enable_grad, no_grad
 from gradir.eager.tensor import Tensor  # the eager front door
@@ -30,6 +31,6 @@ __version__ = "0.1.0"
 display.install()  # _repr_svg_/_repr_html_ for notebooks
 
 __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "amp", "bfloat16", "bool_", "checkpoint", "clear_caches",
-           "compile", "complex128", "distributed", "dtypes", "enable_grad", "errors", "float16", "float32", "float64",
-           "from_torch", "grad", "int32", "int64", "jvp", "no_grad", "optim", "scope", "torch_saved", "trace", "trace_grad",
-           "train", "value_and_grad", "vjp", *_ops_all]
+           "compile", "complex128", "debug_nans", "distributed", "dtypes", "enable_grad", "errors", "float16", "float32",
+           "float64", "from_torch", "grad", "int32", "int64", "jvp", "no_grad", "NonFiniteError", "optim", "scope",
+           "torch_saved", "trace", "trace_grad", "train", "value_and_grad", "vjp", *_ops_all]

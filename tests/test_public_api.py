@@ -8,12 +8,13 @@ import pytest
 import gradir as gr
 
 FACE = [
-    "GradirError", "Graph", "Tensor", "Value", "__version__", "abs", "acos", "acosh", "add", "addcdiv", "addcmul",
+    "GradirError", "Graph", "NonFiniteError", "Tensor", "Value", "__version__", "abs", "acos", "acosh", "add",
+    "addcdiv", "addcmul",
     "addmm", "all", "amp", "any", "arange", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2",
     "arctanh", "argmax", "argmin", "argsort", "asin", "asinh", "astype", "atan", "atan2", "atanh", "baddbmm",
     "bfloat16", "bool_", "broadcast_to", "ceil", "checkpoint", "clamp", "clear_caches", "clip", "clone", "compile",
     "complex128", "concatenate", "copy", "cos", "cosh", "count_nonzero", "cross", "cummax", "cummin", "cumprod",
-    "cumsum", "diag", "diag_embed", "diagonal", "diff", "digamma", "distributed", "divide", "dot",
+    "cumsum", "debug_nans", "diag", "diag_embed", "diagonal", "diff", "digamma", "distributed", "divide", "dot",
     "dtypes", "einsum", "enable_grad", "equal", "erf", "erfc", "erfinv", "errors", "exp", "exp2", "expand_dims",
     "expm1", "flip", "float16", "float32", "float64", "floor", "floor_divide", "fmod", "from_torch", "full",
     "full_like",
@@ -78,8 +79,8 @@ NAMESPACES = {
     "errors": [
         "AxisError", "BudgetError", "CheckpointError", "DTypeError", "ExecutionError", "FreedGraphError",
         "GradirError", "IRParseError", "InPlaceError", "LoweringError", "ModelFileError",
-        "NonDifferentiableError", "ShapeError", "TraceError", "TracedControlFlowError", "UnsupportedOpError",
-        "VerifyError", "VersionError",
+        "NonDifferentiableError", "NonFiniteError", "ShapeError", "TraceError", "TracedControlFlowError",
+        "UnsupportedOpError", "VerifyError", "VersionError",
     ],
     "linalg": [
         "cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matmul", "matrix_transpose", "qr", "slogdet", "solve",

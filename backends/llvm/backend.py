@@ -44,6 +44,7 @@ import numpy as np
 from gradir.backends.numpy_backend import run as run_reference
 from gradir.core.errors import ExecutionError
 from gradir.core.ir import Graph, Value
+from gradir.core.nan_check import NAN_CHECKS, check_outputs
 from gradir.core.primitive import get_primitive
 from gradir.passes.conv_input_grad import input_grads_as_convolutions
 from gradir.passes.fusion import NUMPY, FusedProgram, fuse, kernel_header
@@ -348,7 +349,10 @@ class LLVMCompiled:
     # -- running
     def __call__(self, *args):
         with self._lock:  # one arena and one slot table: calls from several Python threads take turns
-            return self._run(args)
+            outs = self._run(args)
+        if NAN_CHECKS[-1]:  # gr.debug_nans: a NaN result is traced to its op on the NumPy reference
+            check_outputs(self.graph, args, outs, run_reference)
+        return outs
 
     def run_with_ready(self, args, on_ready):
         """Run on `args` (a flat list) as a call does, calling ``on_ready(position, array)`` for each output as
@@ -363,7 +367,9 @@ class LLVMCompiled:
             # (the callbacks ran inside _run; outputs that are inputs or copies are final only now)
             for pos in ready_after.get(len(steps), ()):
                 on_ready(pos, outs[pos])
-            return outs
+        if NAN_CHECKS[-1]:
+            check_outputs(self.graph, args, outs, run_reference)
+        return outs
 
     @staticmethod
     def _compiled_step(kernels: list, mb: ModuleBuilder) -> tuple:

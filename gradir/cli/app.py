@@ -37,6 +37,7 @@ from rich.table import Table
 from gradir.api import checks
 from gradir.api.specs import CONVENTION, SpecDType, TensorSpec, default_argnums, resolve_example
 from gradir.api.transforms import trace_grad
+from gradir.cli.nonfinite import nonfinite_inputs
 from gradir.cli.options import (
     PLOT_SUFFIXES,
     CLIError,
@@ -688,6 +689,8 @@ def check(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
         args = tuple(tree_map(_as_float64, a) for a in t.args)  # float32 differences are too coarse to judge
         count = sum(np.size(x) for i in t.argnums for x in tree_flatten(t.args[i])[0])
         sampled = count > CHECK_EVERY_UP_TO and not every and not forward_mode
+        if bad := nonfinite_inputs(t.fn, args, nan_only=True):  # NaN inputs, not the gradient, are at fault
+            raise CLIError(f"{file}: {bad}")
         with _user_code(file, t.fn):
             try:
                 if sampled:
@@ -699,6 +702,8 @@ def check(file: Annotated[str, typer.Argument(help=FILE_HELP, metavar="FILE")],
                 if dtypes.is_float(low) and np.finfo(low).eps > np.finfo(np.float64).eps:
                     raise CLIError(f"{file}: {t.fn.__name__} returns {low} even given float64 arguments (a cast "
                                    "inside it?): central differences at that precision cannot judge a gradient") from None
+                if bad := nonfinite_inputs(t.fn, args):  # an inf input (a NaN one never gets here)
+                    raise CLIError(f"{file}: {bad}") from None
                 raise CLIError(f"{file}: gradcheck failed: {e}", EXIT_FAILED) from None
     except CLIError as e:
         _fail(e)

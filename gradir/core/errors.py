@@ -82,3 +82,12 @@ class BudgetError(GradirError, ValueError):
 
 class CheckpointError(GradirError):
     """A training checkpoint that cannot be read, or does not fit the parameters / optimizer it is resumed with."""
+
+
+class NonFiniteError(GradirError, RuntimeError):
+    """Under `gr.debug_nans()`: an op, forward or backward, produced a NaN (`op`, `source` name it), or a NaN came
+    in through an input (`input` names it; `op` is then None: the op reading it is not to blame)."""
+
+    def __init__(self, message: str, op: str | None = None, source: str | None = None, input: str | None = None):
+        super().__init__(message, op=op, source=source)
+        self.input = input

@@ -15,6 +15,7 @@ import numpy as np
 from gradir.core import dtypes
 from gradir.core.errors import ExecutionError, GradirError, TraceError
 from gradir.core.ir import Graph, Value
+from gradir.core.nan_check import NAN_CHECKS, holds_nan, nan_in_result
 from gradir.core.primitive import REGISTRY, get_primitive
 from gradir.core.source import current_scope, origin, source_of, user_source
 from gradir.util.gcpause import gc_paused
@@ -143,6 +144,8 @@ def evaluate(prim, operands, attrs: dict) -> np.ndarray:
         out = np.asarray(out)
     if out.dtype != dtype:
         out = out.astype(dtype)
+    if NAN_CHECKS[-1] and holds_nan(out):  # gr.debug_nans
+        raise nan_in_result(prim.name, operands, out, user_source())
     return out.reshape(shape) if out.shape != tuple(shape) else out
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from gradir.backends import run
 from gradir.core import dtypes
 from gradir.core.errors import ExecutionError, FreedGraphError, GradirError, ShapeError, VersionError
+from gradir.core.nan_check import NAN_CHECKS, debug_nans, nan_in_backward
 from gradir.core.seed import check_implied_seed
 from gradir.core.trace import EagerOperand, inline, source_of, user_source
 from gradir.eager.grad_mode import enable_grad, no_grad
@@ -79,7 +80,13 @@ def _walk(nodes: list[Node], root: Node, seed, create_graph: bool, tensor: type[
         if g is None:
             continue
         rule = n.rule
-        cts = _node_vjp(n, rule, g, create_graph, tensor)  # builds the rule on first use, and with it rule.targets
+        if NAN_CHECKS[-1] and not create_graph:  # gr.debug_nans: the node's cotangents, checked here as a whole
+            with debug_nans(False):
+                cts = _node_vjp(n, rule, g, create_graph, tensor)
+            nan_in_backward(n.op, n.source, g, cts, rule.targets, {i: s.array for i, (s, _) in n.saved.items()},
+                            n is root)
+        else:
+            cts = _node_vjp(n, rule, g, create_graph, tensor)  # builds the rule on first use, and rule.targets
         for i, c in zip(rule.targets, cts):
             h = n.inputs[i]
             if isinstance(h, Node):
