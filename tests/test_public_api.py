@@ -120,3 +120,17 @@ def test_trace_and_train_are_functions_not_shadowed_modules():
     assert isinstance(gr.trace, types.FunctionType) and isinstance(gr.train, types.FunctionType)
     assert gr.train.load_checkpoint.__module__ == "gradir.training.loop"
     assert gr.trace.__module__.startswith("gradir.api")
+
+
+def test_compiled_repr_names_the_function_backend_and_cached_signatures():
+    """repr(gr.compile(f)) says what it is (issue 24, item 4), not `<gradir.api.Compiled object at 0x...>`."""
+    import numpy as np
+
+    def loss(x, y, scale=1.0):
+        return gr.sum(x * y) * scale
+
+    f = gr.compile(loss, backend="numpy")
+    assert repr(f) == "<gr.compile(loss, backend='numpy'): not traced yet>"
+    f(np.ones((2, 3), np.float32), np.ones(3, np.float32))
+    f(1.0, 2.0, scale=3.0)
+    assert repr(f) == "<gr.compile(loss, backend='numpy'): 2 signatures cached: (f32[2,3], f32[3]); (f64[], f64[], scale=...)>"

@@ -322,6 +322,21 @@ class Compiled:
     check = property(lambda self: self.options.check)
     policy = property(lambda self: self.options.policy)
 
+    def __repr__(self) -> str:
+        """`<gr.compile(loss, backend='llvm'): 2 signatures cached: (f32[32,256], f32[256]); (f64[], f64[])>`."""
+        name = getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", None) or repr(self.fn)
+        name = name.rpartition("<locals>.")[2]  # `Model.step`, not `main.<locals>.Model.step`
+        policy = f", policy={self.policy!r}" if self.policy != "engine" else ""
+        sigs = []
+        for key, (graph, _) in self._cache.items():
+            shapes = ", ".join(f"{dtypes.short(v.dtype)}[{','.join(map(str, v.shape))}]" for v in graph.inputs)
+            static = key[-1] if isinstance(key, tuple) and isinstance(key[-1], tuple) else ()  # keyword constants
+            names = [kv[0] for kv in static if isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str)]
+            sigs.append(f"({shapes}{''.join(f', {k}=...' for k in names)})")
+        cached = (f"{len(sigs)} signature{'s' * (len(sigs) != 1)} cached: {'; '.join(sigs[:8])}"
+                  f"{f'; ... {len(sigs) - 8} more' if len(sigs) > 8 else ''}" if sigs else "not traced yet")
+        return f"<gr.compile({name}, backend={self.backend!r}{policy}): {cached}>"
+
     def _entry(self, a: Args):
         key = signature(a)
         try:
