@@ -8,8 +8,10 @@ The face: the public names, gathered from the layers (docs/layout.md); no module
 
 from gradir.api import checks, display  # noqa: F401 - gr.checks, a namespace
 from gradir.api.cache import clear_caches
+from gradir.api.jacobians import hessian, jacfwd, jacobian
 from gradir.api.specs import TensorSpec, bf16, f16, f32, f64, i32, i64  # noqa: F401 - shape annotations: gr.f32[32, 256]
 from gradir.api.transforms import checkpoint, compile, grad, jvp, trace, trace_grad, value_and_grad, vjp
+from gradir.api.vmap import vmap
 from gradir.core import dtypes, errors
 from gradir.core.dtypes import bfloat16, bool_, complex128, float16, float32, float64, int32, int64
 from gradir.core.errors import GradirError, NonFiniteError
@@ -32,5 +34,6 @@ display.install()  # _repr_svg_/_repr_html_ for notebooks
 
 __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "amp", "bfloat16", "bool_", "checkpoint", "clear_caches",
            "compile", "complex128", "debug_nans", "distributed", "dtypes", "enable_grad", "errors", "float16", "float32",
-           "float64", "from_torch", "grad", "int32", "int64", "jvp", "no_grad", "NonFiniteError", "optim", "scope",
-           "torch_saved", "trace", "trace_grad", "train", "value_and_grad", "vjp", *_ops_all]
+           "float64", "from_torch", "grad", "hessian", "int32", "int64", "jacfwd", "jacobian", "jvp", "no_grad", "NonFiniteError",
+           "optim", "scope",
+           "torch_saved", "trace", "trace_grad", "train", "value_and_grad", "vjp", "vmap", *_ops_all]

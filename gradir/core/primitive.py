@@ -12,7 +12,9 @@ Each primitive carries
 - optionally `decompose(*operands, **attrs)`: for composites that keep a hand-derived VJP, the same
   computation in primitives, used by `lower_composites` before execution;
 - `vjp_inspects`: operand positions whose values the VJP rule looks at (`concrete`) when they are
-  constants (the eager tape then traces such a node's rule with its values, not placeholders).
+  constants (the eager tape then traces such a node's rule with its values, not placeholders);
+- `batch(operands, bdims, **attrs) -> (out, out_bdim)`: its batching rule for gr.vmap (gradir.passes.batching),
+  `bdims` giving each operand's batch axis or None; attached by gradir.ops.batching (None: vmap refuses the op).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Primitive:
     differentiable: bool = True
     doc: str = ""
     vjp_inspects: tuple[int, ...] = ()  # operands whose values the VJP specializes on when constant
+    batch: Callable | None = None  # gr.vmap's batching rule (gradir.ops.batching)
     _impl: Callable | None = field(default=None, repr=False)
 
     @property
