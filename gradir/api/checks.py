@@ -33,6 +33,7 @@ from rich.table import Table
 from gradir.api import transforms
 from gradir.core.errors import DTypeError, GradirError, ShapeError
 from gradir.core.interop import is_torch, torch_to_numpy
+from gradir.util.public import api_dir
 from gradir.util.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
 __all__ = ["CmpRow", "CmpTable", "DirectionalReport", "DirectionalRow", "GradcheckError", "central_difference",
@@ -432,3 +433,5 @@ def order_of_accuracy(hs: Sequence[float], errors: Sequence[float]) -> float:
         raise GradirError("needs two or more positive, finite errors, one per step size", op="order_of_accuracy")
     return float(np.polyfit(np.log10(np.asarray(hs, float)), np.log10(np.asarray(errors, float)), 1)[0])
 
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

@@ -32,6 +32,8 @@ from gradir.passes.schedule import schedule as dependency_schedule
 from gradir.util.pytree import tree_flatten
 from gradir.viz import write_report
 
+__all__ = ["GradTrace"]
+
 
 @dataclass
 class GradTrace:

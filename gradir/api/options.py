@@ -20,6 +20,8 @@ from gradir.core.trace import user_source
 from gradir.passes.remat.plan import POLICIES as REMAT_POLICIES
 from gradir.passes.schedule import POLICIES
 
+__all__ = ["BACKENDS", "POLICIES", "REMAT_POLICIES", "CompileOptions", "RematOptions"]
+
 
 @dataclass(frozen=True)
 class RematOptions:

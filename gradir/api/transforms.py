@@ -43,6 +43,8 @@ from gradir.passes.remat.plan import CHECKPOINT, in_checkpoint, plan_remat
 from gradir.passes.schedule import schedule
 from gradir.util.pytree import tree_flatten, tree_unflatten
 
+__all__ = ["Compiled", "checkpoint", "compile", "grad", "jvp", "trace", "trace_grad", "value_and_grad", "vjp"]
+
 EAGER_BACKEND = os.environ.get("GRADIR_EAGER_BACKEND", "numpy")
 """What runs the graphs of eager transformations (grad, vjp, jvp called outside gr.compile): the NumPy
 interpreter by default; "llvm" compiles each graph first (the test suite runs the op tests both ways)."""

@@ -10,6 +10,11 @@ import ml_dtypes
 import numpy as np
 
 from gradir.core.errors import DTypeError
+from gradir.util.public import api_dir
+
+__all__ = ["bfloat16", "bool_", "complex64", "complex128", "float16", "float32", "float64", "int32", "int64", "FLOATING",
+           "FROM_SHORT", "SHORT_NAMES", "as_dtype", "is_complex", "is_float", "is_inexact", "is_integer", "promote",
+           "real_dtype", "short", "weak_dtype"]
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16 = np.dtype(np.float16)
@@ -122,3 +127,6 @@ def weak_dtype(py_value, partner: np.dtype | None) -> np.dtype:
     if kind == 3:
         return complex64 if partner in (float32, float16, bfloat16) else complex128
     return default
+
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gradir.util.public import api_dir
+
 
 class GradirError(Exception):
     """Base class of every error gradir raises on bad input."""
@@ -91,3 +93,9 @@ class NonFiniteError(GradirError, RuntimeError):
     def __init__(self, message: str, op: str | None = None, source: str | None = None, input: str | None = None):
         super().__init__(message, op=op, source=source)
         self.input = input
+
+
+# every exception class above, one added later included
+__all__ = sorted(n for n, v in dict(globals()).items()
+                 if isinstance(v, type) and issubclass(v, Exception) and v.__module__ == __name__)
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

@@ -31,6 +31,8 @@ from gradir.core.errors import GradirError, IRParseError, ShapeError, TracedCont
 from gradir.core.primitive import get_primitive
 from gradir.core.source import user_source
 
+__all__ = ["Graph", "Value"]
+
 _ids = itertools.count()
 _SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}  # interned shapes: graphs repeat a few shapes many times
 CONST_INLINE_LIMIT = 64  # constants with more elements are elided in the default text form

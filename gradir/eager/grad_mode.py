@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 
+__all__ = ["enable_grad", "is_grad_enabled", "no_grad"]
+
 GRAD_MODE = [True]  # innermost last; Tensor ops read GRAD_MODE[-1]
 
 

@@ -43,6 +43,8 @@ from gradir.ops import astype, broadcast_to, getitem, reshape, where
 from gradir.ops.lifting import broadcast_view, lift
 from gradir.ops.update import setitem
 
+__all__ = ["Tensor"]
+
 
 class Tensor(EagerOperand):
     """An eager array with reverse-mode autodiff, PyTorch-like (see the module docstring)."""

@@ -12,6 +12,8 @@ from gradir.ops.lifting import broadcast_shape, lift, lift_all, normalize_axes, 
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, concatenate, reshape, slice_axis, transpose
 
+__all__ = ["diag", "diag_embed", "diagonal", "flip", "hstack", "linalg_trace", "meshgrid", "rot90", "vstack"]
+
 
 def flip(x, axis=None):
     """numpy.flip / torch.flip: the order of elements reversed along `axis` (an int, a tuple, or every

@@ -21,6 +21,8 @@ from gradir.core.primitive import Primitive, register
 from gradir.core.trace import bind, user_source
 from gradir.ops.lifting import lift
 
+__all__ = ["fold", "out_size", "unfold"]
+
 
 def out_size(n: int, k: int, s: int, p: int, d: int) -> int:
     """Output length of a window sliding over n: floor((n + 2p - d(k-1) - 1)/s) + 1."""

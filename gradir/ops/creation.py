@@ -9,6 +9,8 @@ from gradir.core import dtypes
 from gradir.core.trace import constant
 from gradir.ops.shapes import broadcast_to
 
+__all__ = ["arange", "full", "ones", "zeros"]
+
 
 def full(shape, value, dtype=dtypes.float64):
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)

@@ -32,6 +32,8 @@ from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, concatenate, expand_dims, pad, reshape, slice_axis
 from gradir.ops.special import as_inexact
 
+__all__ = ["cholesky", "det", "eigh", "eigvalsh", "inv", "qr", "slogdet", "solve", "solve_triangular", "svd", "svdvals"]
+
 _REAL = (dtypes.float32, dtypes.float64)
 
 

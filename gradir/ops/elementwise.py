@@ -18,6 +18,11 @@ from gradir.core.primitive import Primitive, register
 from gradir.core.trace import bind, user_source
 from gradir.ops.lifting import astype, broadcast_all, concrete, elementwise_operands, lift, lift_all
 
+__all__ = ["abs", "add", "ceil", "clamp", "clip", "cos", "divide", "equal", "erf", "exp", "expm1", "floor", "greater",
+           "greater_equal", "imag", "isfinite", "less", "less_equal", "log", "log1p", "logical_and", "logical_not", "logical_or",
+           "maximum", "minimum", "multiply", "negative", "not_equal", "power", "real", "relu", "remainder", "round", "rsqrt",
+           "sigmoid", "sign", "sin", "sqrt", "square", "stop_gradient", "subtract", "tan", "tanh", "where"]
+
 INEXACT = "inexact"  # float or complex
 FLOAT = "float"
 ANY = "any"

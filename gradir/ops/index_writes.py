@@ -36,6 +36,9 @@ from gradir.ops.lifting import astype, broadcast_shape, concrete, lift, lift_all
 from gradir.ops.shapes import broadcast_to, concatenate, reshape, transpose
 from gradir.ops.update import setitem
 
+__all__ = ["index_add", "index_copy", "index_fill", "index_put", "masked_scatter", "scatter_reduce", "select_scatter",
+           "slice_scatter"]
+
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
 

@@ -19,6 +19,9 @@ from gradir.ops.elementwise import equal, where
 from gradir.ops.lifting import astype, broadcast_all, concrete, lift, lift_all, normalize_axes, normalize_axis
 from gradir.ops.shapes import broadcast_to, expand_dims, reshape, slice_axis, transpose
 
+__all__ = ["argsort", "gather", "getitem", "masked_fill", "one_hot", "repeat", "scatter", "scatter_add", "sort", "take", "topk",
+           "tril", "triu"]
+
 
 def _check_index(idx, op, source=None):
     if not dtypes.is_integer(idx.dtype):

@@ -10,6 +10,9 @@ from gradir.core.interop import is_torch, torch_to_numpy
 from gradir.core.ir import Value
 from gradir.core.trace import EagerOperand, bind, constant, current_graph, is_traced, user_source
 
+__all__ = ["astype", "broadcast_all", "broadcast_shape", "broadcast_view", "concrete", "elementwise_operands", "lift",
+           "lift_all", "normalize_axes", "normalize_axis", "to_numpy", "traced", "type_str"]
+
 
 def to_numpy(x):
     """NumPy view of an argument (torch tensors included; gr.Tensors stay operands)."""

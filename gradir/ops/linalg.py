@@ -17,6 +17,8 @@ from gradir.ops.lifting import broadcast_shape, lift, lift_all, normalize_axis, 
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, concatenate, reshape, slice_axis, transpose
 
+__all__ = ["addmm", "baddbmm", "cross", "dot", "einsum", "inner", "kron", "matmul", "matrix_transpose", "tensordot"]
+
 
 def _matmul_infer(a, b):
     if len(a.shape) < 2 or len(b.shape) < 2 or tuple(a.shape[:-2]) != tuple(b.shape[:-2]):

@@ -18,6 +18,10 @@ from gradir.ops.decompositions import (
     svdvals,
 )
 from gradir.ops.linalg import cross, matmul, matrix_transpose, tensordot
+from gradir.util.public import api_dir
 
 __all__ = ["cholesky", "cross", "det", "eigh", "eigvalsh", "inv", "matmul", "matrix_transpose", "qr", "slogdet",
            "solve", "solve_triangular", "svd", "svdvals", "tensordot", "trace"]
+
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

@@ -43,6 +43,8 @@ from gradir.ops.shapes import reshape, squeeze, swapaxes, transpose
 from gradir.ops.special import all, any, clone, floor_divide
 from gradir.ops.update import inplace, inplace_setitem
 
+__all__ = ["attach"]
+
 
 class _ValueMethods:
     """The methods `attach` copies onto Value (a class body, so they read as methods)."""

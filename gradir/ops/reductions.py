@@ -14,6 +14,8 @@ from gradir.ops.elementwise import abs as abs_
 from gradir.ops.lifting import astype, lift, normalize_axes
 from gradir.ops.shapes import broadcast_to, expand_dims, reshape, squeeze
 
+__all__ = ["argmax", "argmin", "cumsum", "logsumexp", "max", "mean", "min", "norm", "prod", "std", "sum", "var"]
+
 
 def _reduced_shape(shape, axes, keepdims):
     if keepdims:

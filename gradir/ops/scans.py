@@ -42,6 +42,9 @@ from gradir.ops.shapes import broadcast_to, concatenate, reshape, slice_axis, sq
 from gradir.ops.special import any as any_
 from gradir.ops.special import as_inexact, isnan
 
+__all__ = ["count_nonzero", "cummax", "cummin", "cumprod", "diff", "kthvalue", "logcumsumexp", "median", "nanmean", "nansum",
+           "quantile"]
+
 
 def _scan_infer(name, out_dtype=None):
     def infer(x, axis, **_attrs):

@@ -13,6 +13,9 @@ from gradir.core.primitive import Primitive, register
 from gradir.core.trace import bind, constant, user_source
 from gradir.ops.lifting import lift, lift_all, normalize_axes, normalize_axis
 
+__all__ = ["broadcast_to", "concatenate", "expand_dims", "outer", "pad", "reshape", "roll", "split", "squeeze", "stack",
+           "swapaxes", "tile", "transpose"]
+
 
 def _linear_jvp(name):
     def jvp(ts, out, *xs, **attrs):

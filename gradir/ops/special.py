@@ -51,6 +51,10 @@ from gradir.ops.elementwise import (
 from gradir.ops.lifting import astype, lift, lift_all, normalize_axes, to_numpy
 from gradir.ops.reductions import sum as sum_
 
+__all__ = ["addcdiv", "addcmul", "all", "any", "arctan2", "arctanh", "atan2", "atanh", "clone", "copy", "cosh", "exp2",
+           "full_like", "isinf", "isnan", "lerp", "logaddexp", "logit", "nan_to_num", "ones_like", "polygamma", "sinh", "trunc",
+           "xlogy", "zeros_like"]
+
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 

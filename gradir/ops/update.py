@@ -41,6 +41,8 @@ from gradir.ops.lifting import astype, concrete, lift, type_str
 from gradir.ops.reductions import sum as sum_
 from gradir.ops.shapes import broadcast_to, reshape
 
+__all__ = ["check_not_saved", "inplace", "inplace_setitem", "position", "rebind", "saved_by", "setitem"]
+
 # -- primitives ------------------------------------------------------------------------------------
 
 

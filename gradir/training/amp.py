@@ -44,6 +44,7 @@ from gradir.core.ir import Value
 from gradir.core.trace import is_traced, quietly, user_source
 from gradir.ops import abs, add, astype, greater_equal, less, max, maximum, where, zeros
 from gradir.training.optim import Optimizer, _arrays, _dtype
+from gradir.util.public import api_dir
 from gradir.util.pytree import tree_flatten, tree_unflatten
 
 __all__ = ["all_finite", "cast_floats", "mixed_precision"]
@@ -151,3 +152,5 @@ def _keep_unless(ok, new, old):
     o, _ = tree_flatten(old)
     return tree_unflatten(td, [where(ok, astype(a, _dtype(b)), b) for a, b in zip(n, o)])
 
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

@@ -96,6 +96,7 @@ from gradir.core.errors import GradirError
 from gradir.passes.buckets import BucketPlan, plan_buckets
 from gradir.training import loop
 from gradir.training.optim import loss_and_grads
+from gradir.util.public import api_dir
 from gradir.util.pytree import tree_flatten, tree_flatten_with_path, tree_unflatten
 
 __all__ = ["DataParallel", "DistributedError", "ProcessInfo", "finish", "free_port", "init", "launch_local", "overlaps",
@@ -580,3 +581,6 @@ class DataParallel:
             raise DistributedError(f"{e.detail}: {path} differs between ranks; on several machines it must be on a "
                                    "shared filesystem, or pass broadcast=True", op="distributed.load_checkpoint") from None
         return ck
+
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

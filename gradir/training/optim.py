@@ -45,6 +45,7 @@ from gradir.core.errors import GradirError, ShapeError
 from gradir.core.ir import Value
 from gradir.core.trace import is_traced, user_source
 from gradir.ops import add, astype, cos, equal, floor, less, minimum, power, sqrt, sum, where, zeros
+from gradir.util.public import api_dir
 from gradir.util.pytree import tree_flatten, tree_unflatten
 
 __all__ = ["Optimizer", "adam", "adamw", "chain", "clip", "clip_by_global_norm", "cosine", "global_norm", "linear_lr",
@@ -446,3 +447,6 @@ def chain(*transforms: Optimizer) -> Optimizer:
         return params, new_state
 
     return Optimizer(init, update, "chain", {k: t for k, t in zip(keys, transforms)})
+
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

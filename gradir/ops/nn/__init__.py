@@ -64,6 +64,7 @@ from gradir.ops.nn.pooling import (
     max_pool2d,
 )
 from gradir.ops.nn.resample import interpolate, pad, pixel_shuffle, pixel_unshuffle
+from gradir.util.public import api_dir
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d",
            "avg_pool2d", "conv3d", "conv_transpose1d", "embedding_bag", "interpolate", "max_pool1d", "pad",
@@ -75,3 +76,6 @@ __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", 
            "mish", "mse_loss", "nll_loss", "normalize", "one_hot", "out_size", "pairwise_distance", "prelu", "relu",
            "relu6", "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss",
            "softmax", "softmin", "softplus", "softsign", "tanh", "threshold", "unfold"]
+
+
+__dir__ = api_dir(globals())  # dir() and tab completion offer __all__, not the imports (gradir.util.public)

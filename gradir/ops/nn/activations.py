@@ -26,6 +26,9 @@ from gradir.ops.nn.composite import choice, float_input
 from gradir.ops.reductions import max, sum
 from gradir.ops.shapes import reshape, split
 
+__all__ = ["celu", "elu", "gelu", "glu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "log_softmax", "logsigmoid",
+           "mish", "prelu", "relu6", "selu", "silu", "softmax", "softmin", "softplus", "softsign", "threshold"]
+
 # -- activations and softmax ----------------------------------------------------------------------
 
 

@@ -19,6 +19,8 @@ from gradir.ops.nn.composite import choice, float_input
 from gradir.ops.reductions import cumsum, max, sum
 from gradir.ops.shapes import expand_dims
 
+__all__ = ["embedding_bag"]
+
 
 def _integers(op, v, what, ndim):
     if not dtypes.is_integer(v.dtype):

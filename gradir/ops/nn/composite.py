@@ -9,6 +9,8 @@ from gradir.core.primitive import Primitive, get_primitive, register
 from gradir.core.trace import EagerOperand, bind, building, constant, is_traced, user_source
 from gradir.ops.lifting import lift
 
+__all__ = ["composite"]
+
 # -- composite primitives --------------------------------------------------------------------------
 
 

@@ -18,6 +18,8 @@ from gradir.ops.linalg import matmul
 from gradir.ops.nn.composite import choice
 from gradir.ops.shapes import pad, reshape, swapaxes, transpose
 
+__all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d"]
+
 # -- shared argument handling (pooling.py and resample.py use these too) -----------------------------
 
 

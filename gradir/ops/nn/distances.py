@@ -11,6 +11,8 @@ from gradir.ops.nn.composite import choice, float_input
 from gradir.ops.reductions import norm, sum
 from gradir.ops.shapes import expand_dims
 
+__all__ = ["cdist", "cosine_similarity", "normalize", "pairwise_distance"]
+
 # -- normalisation of vectors ---------------------------------------------------------------------
 
 

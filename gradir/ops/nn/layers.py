@@ -19,6 +19,8 @@ from gradir.ops.nn.composite import float_input
 from gradir.ops.reductions import max, sum
 from gradir.ops.shapes import broadcast_to, expand_dims, reshape, swapaxes
 
+__all__ = ["dropout", "embedding", "linear", "scaled_dot_product_attention"]
+
 # -- layers ---------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,9 @@ from gradir.ops.nn.composite import apply, checked, choice, composite, float_inp
 from gradir.ops.reductions import sum
 from gradir.ops.shapes import expand_dims, reshape, transpose
 
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "huber_loss", "kl_div", "l1_loss",
+           "mse_loss", "nll_loss", "smooth_l1_loss"]
+
 _REDUCTIONS = ("mean", "sum", "none")  # torch's reduction= of every loss (kl_div adds "batchmean")
 
 # -- cross-entropy (composite) --------------------------------------------------------------------

@@ -18,6 +18,8 @@ from gradir.ops.nn.composite import apply, checked, choice, composite, float_inp
 from gradir.ops.reductions import sum
 from gradir.ops.shapes import reshape
 
+__all__ = ["batch_norm", "batch_norm_stats", "group_norm", "instance_norm", "layer_norm", "rms_norm"]
+
 # -- normalisation --------------------------------------------------------------------------------
 
 

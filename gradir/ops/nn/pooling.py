@@ -21,6 +21,9 @@ from gradir.ops.nn.convolution import batched, unbatch
 from gradir.ops.reductions import argmax, max, sum
 from gradir.ops.shapes import pad, reshape
 
+__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "avg_pool1d",
+           "avg_pool2d", "max_pool1d", "max_pool2d"]
+
 
 def _pool_input(op, x, ndim):
     """x lifted, checked floating, with a batch axis (`batched`), and whether that axis was added."""

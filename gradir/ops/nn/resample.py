@@ -19,6 +19,8 @@ from gradir.ops.nn.pooling import adaptive_avg_pool1d, adaptive_avg_pool2d
 from gradir.ops.shapes import pad as pad_constant
 from gradir.ops.shapes import reshape, transpose
 
+__all__ = ["interpolate", "pad", "pixel_shuffle", "pixel_unshuffle"]
+
 # -- interpolate ----------------------------------------------------------------------------------
 
 _MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3, "area": None}
