@@ -133,5 +133,5 @@ def jacfwd(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
 def hessian(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
     """The Hessian of `fn` with respect to positional arguments `argnums` (jax.hessian, torch.func.hessian):
     jacfwd(jacobian(fn, argnums), argnums), forward over reverse. For a scalar f of x with shape T: T + T; for a
-    tuple of argnums, the blocks nested as H[i][j]."""
+    tuple of argnums, the blocks nested as `H[i][j]`."""
     return functools.wraps(fn)(jacfwd(jacobian(fn, argnums), argnums))
