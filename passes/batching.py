@@ -118,3 +118,6 @@ def check_sizes(sizes: dict[str, int], op: str = "vmap", source: str | None = No
         raise ShapeError(f"the batched arguments have different sizes along their mapped axes ({listed})", op=op,
                          source=source)
     return distinct[0]
+
+
+__all__ = ["batch_graph", "batch_into", "batched_shape", "check_sizes", "to_axis"]

@@ -135,3 +135,6 @@ def hessian(fn: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
     jacfwd(jacobian(fn, argnums), argnums), forward over reverse. For a scalar f of x with shape T: T + T; for a
     tuple of argnums, the blocks nested as `H[i][j]`."""
     return functools.wraps(fn)(jacfwd(jacobian(fn, argnums), argnums))
+
+
+__all__ = ["hessian", "jacfwd", "jacobian"]

@@ -125,3 +125,6 @@ def vmap(fn: Callable, in_axes=0, out_axes=0) -> Callable:
         values = finish(_execute(batched, a.flat + captures(graph)), a)
         return tree_unflatten(graph.out_tree, values)
     return wrapper
+
+
+__all__ = ["vmap"]

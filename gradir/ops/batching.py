@@ -302,3 +302,6 @@ def _windows_rule(name):
         out = bind(name, _reshape(x, (size * n,) + tuple(x.shape[2:])), **attrs)
         return _reshape(out, (size, n) + tuple(out.shape[1:])), 0
     return rule
+
+
+__all__ = ["batch_rule", "batch_size", "front", "loop_rule", "moveaxis", "unbatch"]
