@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,5 +31,5 @@ def test_the_docs_navigation_lists_every_page():
 
 def test_the_license_is_the_one_pyproject_declares():
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
-    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "MIT"
+    assert re.search(r'^license = "MIT"$', (ROOT / "pyproject.toml").read_text(), re.M)
     assert "mkdocs build --strict" in (ROOT / ".ci" / "run").read_text()
