@@ -6,6 +6,7 @@ The face: the public names, gathered from the layers (docs/layout.md); no module
     gr.grad(lambda a, b: gr.tanh(a * b + a), argnums=(0, 1))(1.5, -2.0)
 """
 
+from gradir import viz  # gr.viz, a namespace (its package is mapped from viz/)
 from gradir.api import checks, display  # noqa: F401 - gr.checks, a namespace
 from gradir.api.cache import clear_caches
 from gradir.api.jacobians import hessian, jacfwd, jacobian
@@ -27,6 +28,7 @@ from gradir.ops import linalg_namespace as linalg  # noqa: F401 - gr.linalg, a n
 from gradir.ops import nn  # noqa: F401 - gr.nn, a namespace
 from gradir.training import amp, distributed, optim
 from gradir.training.loop import train  # gr.train, the training loop (its helpers hang off it: gr.train.load_checkpoint)
+from gradir.util.public import api_dir
 
 __version__ = "0.1.0"
 
@@ -36,4 +38,8 @@ __all__ = ["Graph", "GradirError", "Tensor", "Value", "__version__", "amp", "bfl
            "compile", "complex128", "debug_nans", "distributed", "dtypes", "enable_grad", "errors", "float16", "float32",
            "float64", "from_torch", "grad", "hessian", "int32", "int64", "jacfwd", "jacobian", "jvp", "no_grad", "NonFiniteError",
            "optim", "scope",
-           "torch_saved", "trace", "trace_grad", "train", "value_and_grad", "vjp", "vmap", *_ops_all]
+           "torch_saved", "trace", "trace_grad", "train", "value_and_grad", "vjp", "vmap", *_ops_all,
+           # the namespaces and the shape annotations (gr.f32[32, 256]) are the face's too
+           "TensorSpec", "bf16", "checks", "f16", "f32", "f64", "i32", "i64", "linalg", "nn", "viz"]
+
+__dir__ = api_dir(globals())  # dir(gr) and tab completion offer the API, not the layers (gr.core, gr.passes, ...)
