@@ -6,7 +6,8 @@ runs it on `size` examples at once: input i takes the example's shape with an ax
 its batch axis (None: the same for every example, computed once); an op on unbatched operands is copied as it
 is, an op on batched ones goes through its primitive's batching rule (gradir.ops.batching):
 ``rule(operands, bdims, **attrs) -> (out, out_bdim)``. A composite without a rule is batched through its
-decomposition. Outputs get their batch axis at `out_axes` (unbatched ones are broadcast along it).
+decomposition. Outputs get their batch axis at `out_axes` (unbatched ones are broadcast along it; with None an
+output must be unbatched and keeps its shape).
 
 Since a gradient or a JVP is a graph like any other, vmap(grad(f)) batches the backward nodes too: the
 per-example gradients come from one batched backward pass.
@@ -32,21 +33,25 @@ def batched_shape(shape, d: int | None, size: int) -> tuple[int, ...]:
 
 
 @gc_paused
-def batch_graph(graph: Graph, in_dims: Sequence[int | None], size: int, out_axes: Sequence[int] | int = 0) -> Graph:
+def batch_graph(graph: Graph, in_dims: Sequence[int | None], size: int,
+                out_axes: Sequence[int | None] | int | None = 0) -> Graph:
     """The graph running `graph` over a batch of `size` examples (module docstring). `in_dims` has one entry per
     input of `graph` (captures included: pass None for them); `out_axes` one non-negative axis per output, or
-    one for all."""
+    one for all; None: the output is the same for every example and keeps its shape (an error if it is not)."""
     out = Graph(f"{graph.name}_vmap")
     args = []
     for x, d in zip(graph.inputs, in_dims):
         args.append(out.add_input(batched_shape(x.shape, d, size), x.dtype, x.attrs.get("name"), x.source))
-    axes = [out_axes] * len(graph.outputs) if isinstance(out_axes, int) else list(out_axes)
+    axes = [out_axes] * len(graph.outputs) if out_axes is None or isinstance(out_axes, int) else list(out_axes)
     with building(out):
         values, bdims = batch_into(graph, args, list(in_dims), size)
         outs = []
-        for o, v, d, axis in zip(graph.outputs, values, bdims, axes):
+        for k, (o, v, d, axis) in enumerate(zip(graph.outputs, values, bdims, axes)):
+            if axis is None and d is not None:
+                raise GradirError(f"out_axes is None for output {k}, but it differs between examples (it depends on a "
+                                  "mapped argument): give the axis to stack it along", op="vmap", source=o.source)
             with source_of(o.source, o.scope):
-                outs.append(to_axis(v, d, axis, size))
+                outs.append(v if axis is None else to_axis(v, d, axis, size))
     out.outputs = outs
     out.copy_bookkeeping(graph)
     return out

@@ -164,6 +164,34 @@ def test_a_batch_of_one_and_unbatched_outputs(rng):
         close(o, t)
 
 
+def test_out_axes_none_keeps_an_output_every_example_shares(rng):
+    x, w = rng.standard_normal((4, 3)), rng.standard_normal(3)
+
+    def f(x, w):
+        return x * w, gr.sum(w * w)
+
+    ours = gr.vmap(f, in_axes=(0, None), out_axes=(0, None))(x, w)
+    theirs = torch.func.vmap(lambda x, w: (x * w, (w * w).sum()), in_dims=(0, None), out_dims=(0, None))(T(x), T(w))
+    for o, t in zip(ours, theirs):
+        assert np.shape(o) == tuple(t.shape)
+        close(o, t)
+    # an output that depends on the mapped argument cannot be unmapped: torch and gradir both refuse
+    with pytest.raises(gr.GradirError, match=r"out_axes is None for output 0, but it differs between examples"):
+        gr.vmap(f, in_axes=(0, None), out_axes=None)(x, w)
+    with pytest.raises(ValueError):
+        torch.func.vmap(lambda x, w: x * w, in_dims=(0, None), out_dims=None)(T(x), T(w))
+
+
+def test_axis_size_maps_a_function_of_no_mapped_argument(rng):
+    w = rng.standard_normal(3)
+    ours = gr.vmap(lambda w: gr.tanh(w), in_axes=None, axis_size=5)(w)
+    np.testing.assert_array_equal(ours, np.broadcast_to(np.tanh(w), (5, 3)))
+    twice = gr.vmap(lambda w: gr.tanh(w), in_axes=None, axis_size=2)(w)  # a new size is a new graph, not a cache hit
+    assert np.shape(twice) == (2, 3)
+    with pytest.raises(ShapeError, match=r"different sizes.*x: 4.*axis_size: 3"):
+        gr.vmap(lambda x: x, axis_size=3)(np.zeros(4))
+
+
 def test_in_axes_as_a_pytree_prefix(rng):
     p = {"a": rng.standard_normal((3, 2)), "b": rng.standard_normal(3)}
     ours = gr.vmap(lambda p: p["a"] * p["b"], in_axes=({"a": 1, "b": None},))(p)

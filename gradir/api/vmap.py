@@ -81,13 +81,13 @@ def _example(leaf, d):
     return np.broadcast_to(np.zeros((), abstract_dtype(leaf)), shape)
 
 
-def _out_dims(out_axes, graph) -> list[int]:
+def _out_dims(out_axes, graph) -> list[int | None]:
     leaves = spec_leaves(out_axes, graph.out_tree, "out_axes", "the output")
     axes = []
     for d, o in zip(leaves, graph.outputs):
-        if d is None:
-            raise GradirError("out_axes None is not supported: every output gets a batch axis (give its position)",
-                              op="vmap", source=user_source())
+        if d is None:  # the same for every example: kept as one value (batch_graph checks that it is)
+            axes.append(None)
+            continue
         if not -(o.ndim + 1) <= d <= o.ndim:
             raise ShapeError(f"out_axes {d} is out of range for an output of {o.ndim + 1} dimensions ({o.type_str} "
                              "per example)", op="vmap", source=user_source())
@@ -95,13 +95,14 @@ def _out_dims(out_axes, graph) -> list[int]:
     return axes
 
 
-def vmap(fn: Callable, in_axes=0, out_axes=0) -> Callable:
+def vmap(fn: Callable, in_axes=0, out_axes=0, axis_size: int | None = None) -> Callable:
     """`fn` mapped over an axis of its arguments (jax.vmap, torch.func.vmap), as one batched graph.
 
     `in_axes`: the mapped axis of every argument (an int), None for arguments every example shares, or a tuple
     with one entry per positional argument, each an int, None or a container matching that argument (a pytree
-    prefix). `out_axes`: where the batch axis goes in the outputs (an int, or a pytree prefix of the output).
-    Keyword arguments are passed through unmapped. Composes with grad, jvp, vjp, compile and vmap itself:
+    prefix). `out_axes`: where the batch axis goes in the outputs (an int, None for an output every example
+    shares, or a pytree prefix of the output). `axis_size`: the batch size, needed only when no argument is
+    mapped. Keyword arguments are passed through unmapped. Composes with grad, jvp, vjp, compile and vmap itself:
     ``gr.vmap(gr.grad(loss), in_axes=(None, 0, 0))`` gives per-example gradients."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -109,9 +110,11 @@ def vmap(fn: Callable, in_axes=0, out_axes=0) -> Callable:
         a = prepare(f, args)
         dims = _in_dims(in_axes, a)
         sizes = {a.names[i]: int(np.shape(x)[d]) for i, (x, d) in enumerate(zip(a.flat, dims)) if d is not None}
+        if axis_size is not None:
+            sizes["axis_size"] = int(axis_size)
         if not sizes:
-            raise GradirError("no argument is mapped (in_axes is None for all of them): give the axis to map over",
-                              op="vmap", source=user_source())
+            raise GradirError("no argument is mapped (in_axes is None for all of them): give the axis to map over, "
+                              "or axis_size", op="vmap", source=user_source())
         size = check_sizes(sizes, source=user_source())
 
         def build():
@@ -121,7 +124,7 @@ def vmap(fn: Callable, in_axes=0, out_axes=0) -> Callable:
                                   _out_dims(out_axes, graph))
             return graph, run_pipeline(batched)
 
-        graph, batched = _cached(wrapper, ("vmap",), a, build)
+        graph, batched = _cached(wrapper, ("vmap", size), a, build)  # size: axis_size is not in the signature
         values = finish(_execute(batched, a.flat + captures(graph)), a)
         return tree_unflatten(graph.out_tree, values)
     return wrapper
