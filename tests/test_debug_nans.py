@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import triton_missing
 from typer.testing import CliRunner
 
 import gradir as gr
@@ -113,6 +114,16 @@ def test_compiled_llvm_nan_result_is_located_on_the_reference():
 def test_compiled_numpy_backend_too():
     e = raised(lambda: gr.compile(zero_over_zero, backend="numpy")(np.array([1.0, 2.0])))
     assert e.op == "divide" and e.source == at(zero_over_zero, 2)
+
+
+def test_compiled_triton_backend_too():
+    if triton_missing():
+        pytest.skip(triton_missing())
+    compiled = gr.compile(log_sum, backend="triton")  # Triton's CPU interpreter here (conftest), a GPU elsewhere
+    e = raised(lambda: compiled(NEG))
+    assert e.op == "log" and e.source == at(log_sum)
+    e = raised(lambda: gr.compile(lambda x: x * 2.0, backend="triton")(np.array([np.nan, 1.0])))
+    assert e.input == "x" and e.op is None
 
 
 # -- eager -----------------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from gradir.core import dtypes
 from gradir.core.errors import ExecutionError, UnsupportedOpError
 from gradir.core.interop import is_torch, numpy_to_torch, torch_to_numpy
 from gradir.core.ir import Graph, Value
+from gradir.core.nan_check import NAN_CHECKS, check_outputs
 from gradir.core.primitive import get_primitive
 from gradir.passes.fusion import LOOP, MATMUL, SCATTER, VIEWS, fuse, kernel_header
 from gradir.util.fileio import write_atomic
@@ -279,7 +280,11 @@ class TritonCompiled:
     # -- running
     def __call__(self, *args):
         with self._lock:
-            return self._run(args)
+            outs = self._run(args)
+        if NAN_CHECKS[-1]:  # gr.debug_nans: a NaN result is traced to its op on the NumPy reference
+            check_outputs(self.graph, [torch_to_numpy(a) if is_torch(a) else a for a in args],
+                          [torch_to_numpy(t) for t in outs], run_reference)
+        return outs
 
     def _buffers(self, ins: list) -> tuple[dict, list]:
         """The buffer of every owner for one run: the fixed ones, `ins`, and fresh outputs."""

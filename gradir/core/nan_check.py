@@ -4,7 +4,7 @@ PyTorch's detect_anomaly.
 While it is on, the first op whose output holds a NaN raises `NonFiniteError` naming the op and the user's
 source line: eager ops (NumPy arrays and gr.Tensors, `evaluate`) and Tensor.backward() (each tape node's VJP,
 gradir.eager.engine) check every result; the NumPy interpreter (gr.grad / gr.value_and_grad / gr.vjp on the
-reference) checks each node's output as it runs; a compiled program (the LLVM backend, or the NumPy backend's
+reference) checks each node's output as it runs; a compiled program (the LLVM and Triton backends, or the NumPy backend's
 generated code) checks its results and, when one holds a NaN, runs again on the NumPy reference node by node to
 find the op that made it (as compiled runs that meet a bad index do). A NaN that came in through an input (an
 argument, a constant, a Tensor made outside the checks) is named as that input, not blamed on the op reading it.
