@@ -16,9 +16,10 @@
 
 The finite-difference sweep evaluates L as plain Python (`math.tanh`, `cmath.tanh` for the complex
 step), the same arithmetic the tape uses; its "analytic" reference is the tape's gradient. gradir's
-eager ops evaluate with NumPy's `np.tanh`, which rounds tanh(-1.5) one unit in the last place
-differently: the two analytic gradients differ by 2.2e-16 (dL/da) and 3.3e-16 (dL/db), and
-the round-off half of the sweep (h <= 1e-5) differs in its noise, which is shown in a second column.
+eager ops evaluate with NumPy's `np.tanh`, which may round tanh(-1.5) differently (by one unit in the
+last place on the machine this was written on, where the two analytic gradients differ by 2.2e-16 (dL/da)
+and 3.3e-16 (dL/db); the output prints the count on yours), and the round-off half of the sweep
+(h <= 1e-5) then differs in its noise, which is shown in a second column.
 
 With `--out DIR` it draws the tape as a graph (micrograd's draw_dot: one node per value with its data
 and grad) and writes the joint forward+backward report (`GradTrace.render`: diagrams, the backward
@@ -39,6 +40,7 @@ import numpy as np
 import gradir as gr
 from gradir.api import checks
 from gradir.passes import joint_graph
+from gradir.util.fileio import write_atomic
 
 A, B = 1.5, -2.0
 SWEEP = [10.0 ** -k for k in range(1, 13)]                       # h = 1e-1 .. 1e-12
@@ -191,8 +193,6 @@ def relu_like(x):
 
 def write_pictures(folder) -> dict:
     """The tape of L as a graph (value, data, grad) and the joint report, in `folder`; atomic writes."""
-    from gradir.util.fileio import write_atomic
-
     folder = pathlib.Path(folder)
     diagram = gr.viz.value_diagram(loss, A, B, title="L = tanh(a*b + a) at a = 1.5, b = -2: data and grad")
     files = {"tape.dot": write_atomic(folder / "a_tape.dot", diagram.source)}

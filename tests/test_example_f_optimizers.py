@@ -89,9 +89,13 @@ def test_f_quadratic_grid_conclusions(fo):
     sizes = {m: len(rs) for m, rs in q["runs"].items()}
     assert sizes == {"gradient descent": 8, "momentum": 28, "RMSprop": 21, "Adam": 28}  # the course's grid sizes
     for method in ("momentum", "RMSprop", "Adam"):  # each reaches the floor to the course's 8 decimals
-        best = q["best"][method]
-        assert best["excess"] < 5e-9 and f"{best['loss']:.8f}" == "0.00009920", method
-        assert q["reach"][method] == sum(f"{r['loss']:.8f}" == "0.00009920" for r in q["runs"][method]) >= 1
+        best, rs = q["best"][method], q["runs"][method]
+        assert f"{best['loss']:.8f}" == "0.00009920", method
+        # on the floor to 8 decimals means an excess below 5e-9; no run sits near that edge, where another machine's
+        # rounding could move it across, so the setting printed (the first on the floor) and the count are robust
+        assert not [r for r in rs if 4.5e-9 < r["excess"] < 5.5e-9], method
+        on_floor = [r for r in rs if r["excess"] < 5e-9]
+        assert best is on_floor[0] and q["reach"][method] == len(on_floor)
         assert f"   {method:25s} 0.00009920   0.00009920   {module._hp(best)}" in out
     assert "   gradient descent          0.51200307   0.51200307   lr=8e-05" in out
     # short-memory RMSprop orbits above the floor; with alpha = 0.999 it reaches it
@@ -102,7 +106,7 @@ def test_f_quadratic_grid_conclusions(fo):
         keys = ("lr", "momentum", "alpha", "b1", "b2")
         assert len(rs) == len({tuple(r.get(k) for k in keys) for r in rs})
         assert q["best"][method] in rs
-        assert all(q["best"][method]["loss"] <= r["loss"] for r in rs)
+        assert all(q["best"][method]["loss"] <= r["loss"] + 5e-9 for r in rs)  # best to the printed 8 decimals
 
 
 def _run(q, method, **hp):

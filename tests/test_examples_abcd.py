@@ -161,13 +161,18 @@ def test_a_tape_vs_gradir_is_one_ulp_of_tanh(a):
     # follow from its own tanh by the backward rules
     f, text = a
     tm, tn = math.tanh(-1.5), float(np.tanh(-1.5))
-    assert np.nextafter(tm, -np.inf) == tn and f["tanh_ulps"] == -1
+    # how many ulps apart depends on the libm and on NumPy's SIMD build (one on the AMD this was written on, maybe
+    # none elsewhere): the test takes the machine's count, and the identities below hold either way
+    ulps = f["tanh_ulps"]
+    assert ulps == round((tn - tm) / math.ulp(tm)) and abs(ulps) <= 2
     assert f["tanh_math"] == tm and f["tanh_np"] == tn
     g_math, g_np = 1 - tm * tm, 1 - tn * tn
     assert (f["dL_da"], f["dL_db"]) == (g_math - 2.0 * g_math, 1.5 * g_math)
     assert (f["ir_dL_da"], f["ir_dL_db"]) == (g_np - 2.0 * g_np, 1.5 * g_np)
-    assert f["tape_vs_ir"] == max(abs(f["dL_da"] - f["ir_dL_da"]), abs(f["dL_db"] - f["ir_dL_db"])) > 0
-    assert f"tape vs gradir gradients differ by {f['tape_vs_ir']:.1e}; t = tanh(-1.5) rounds 1 ulp apart in the two:" in text
+    assert f["tape_vs_ir"] == max(abs(f["dL_da"] - f["ir_dL_da"]), abs(f["dL_db"] - f["ir_dL_db"]))
+    assert (f["tape_vs_ir"] > 0) == (ulps != 0)
+    assert (f"tape vs gradir gradients differ by {f['tape_vs_ir']:.1e}; t = tanh(-1.5) rounds {abs(ulps)} ulp apart "
+            "in the two:") in text
     assert f"the tape's math.tanh: {tm!r}   gradir's np.tanh: {tn!r}" in text
     assert "give exactly the tape's gradients: True, gradir's: True" in text and f["tanh_recomputes"] == (True, True)
 
@@ -183,7 +188,8 @@ def test_a_valley_columns_part_by_rounding_noise(a):
     assert sig(abs(v["truncation"]), 8.78e-12, 3)  # C h^2, C = 8.78e-2 from the truncation rows (8.78e-4 at 0.1)
     assert abs(v["signed"]["plain Python"]) == sweep[1e-5]["central"]
     assert abs(v["signed"]["gradir eager"]) == sweep[1e-5]["central_gradir"]
-    assert sweep[1e-5]["central"] != sweep[1e-5]["central_gradir"]  # the columns do part there
+    if f["tanh_ulps"] != 0:  # the columns part there when the two tanhs differ (they do on the machine that wrote this)
+        assert sweep[1e-5]["central"] != sweep[1e-5]["central_gradir"]
     for k, noise in v["noise"].items():
         assert noise == v["signed"][k] - v["truncation"] and abs(noise) < v["roundoff_scale"], k
     n = v["noise"]
@@ -241,9 +247,9 @@ def test_b_course_figures_beside_ours(b):
     d, text = b[0]["directional"], b[1]
     worst = max(d["errors"])
     assert f"every error <= {worst:.1e}  (the course: <= ~2e-10; a bound, ours is within it)" in text
-    assert d["coordinate0_error"] <= worst  # "ours is 0 to the check's accuracy"
-    assert (f"error {d['coordinate0_error']:.1e}\n    (the course: 0; ours is 0 to the check's accuracy, below the "
-            f"{worst:.1e} of the uncorrupted checks above)") in text
+    assert d["coordinate0_error"] <= 2e-10  # "ours is 0 to the check's accuracy" (both are rounding noise: no order)
+    assert (f"error {d['coordinate0_error']:.1e}\n    (the course: 0; ours is 0 to the check's accuracy (2e-10), as the "
+            "uncorrupted checks' errors above are)") in text
     lo, hi = min(d["bad_errors"]), max(d["bad_errors"])
     assert 4e-3 <= lo and hi <= 7e-2  # "ours inside it"
     assert (f"corrupted checks' errors {lo:.2e}..{hi:.2e}  (the course: ~4e-3..7e-2; a range over random directions, "
