@@ -194,7 +194,7 @@ class CompiledGraph:
                 outs = self.fn(*args)
         except _RUNTIME_ERRORS as e:
             raise self._located(e) from e
-        if NAN_CHECKS[-1]:  # gr.debug_nans: a NaN result is traced to its op by the interpreter
+        if NAN_CHECKS.get():  # gr.debug_nans: a NaN result is traced to its op by the interpreter
             check_outputs(self.graph, args, outs, run)
         return outs
 
@@ -270,7 +270,7 @@ def measure_memory(graph: Graph, args: list, order: list[Value] | None = None) -
 def run(graph: Graph, args: list) -> list:
     """Interpret `graph` (of primitives) on NumPy arrays, node by node (no code generation)."""
     env: dict[Value, Any] = dict(zip(graph.inputs, args))
-    checking = NAN_CHECKS[-1]  # gr.debug_nans: each node's output
+    checking = NAN_CHECKS.get()  # gr.debug_nans: each node's output
     with np.errstate(all="ignore"):
         for n in graph.nodes:
             if n.op == "const":

@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -168,11 +169,31 @@ def test_eager_tensor_backward():
     assert e.value.input == "the gradient passed to backward()"
 
 
+def eager_sqrt_minus_sqrt(t):
+    return (t.sqrt() - t.sqrt()).sum()  # at 0 the two gradients reaching t are inf and -inf
+
+
+def test_eager_backward_leaf_sum():
+    x = gr.Tensor(np.array([0.0]), requires_grad=True)
+    with gr.debug_nans():
+        loss = eager_sqrt_minus_sqrt(x)
+        with pytest.raises(gr.NonFiniteError) as e:
+            loss.backward()
+    assert e.value.op == "add" and e.value.source == at(eager_sqrt_minus_sqrt) and e.value.input is None
+    assert "leaf tensor f64[1]" in str(e.value) and "add up to NaN" in str(e.value)
+    assert str(e.value).count("`sqrt`") == 2 and x.grad is None  # the ops whose gradients met; nothing accumulated
+    with gr.debug_nans(), pytest.raises(gr.NonFiniteError) as e:  # gr.grad on the same function: its `add`
+        gr.grad(lambda t: gr.sum(gr.sqrt(t) - gr.sqrt(t)))(np.array([0.0]))
+    assert e.value.op == "add"
+    eager_sqrt_minus_sqrt(x).backward()  # off: a NaN gradient, no error
+    assert np.isnan(x.grad.data[0])
+
+
 # -- the switch ------------------------------------------------------------------------------------------------
 
 
 def test_nested_context_managers_restore_the_setting():
-    base = list(NAN_CHECKS)
+    base = NAN_CHECKS.get()
     f = gr.grad(log_sum)
     with gr.debug_nans():
         with gr.debug_nans(False):
@@ -183,7 +204,85 @@ def test_nested_context_managers_restore_the_setting():
             f(NEG)
         with pytest.raises(gr.NonFiniteError):
             gr.log(np.array(-1.0))
-    assert NAN_CHECKS == base and np.isnan(gr.log(np.array(-1.0)))  # off after
+    assert NAN_CHECKS.get() == base and np.isnan(gr.log(np.array(-1.0)))  # off after
+
+
+def _checks_on() -> bool:
+    """Whether this thread's checks are on, seen by an op (and the setting agrees)."""
+    try:
+        gr.log(np.array(-1.0))
+        on = False
+    except gr.NonFiniteError:
+        on = True
+    assert NAN_CHECKS.get() is on
+    return on
+
+
+def test_the_setting_is_per_thread():
+    base = NAN_CHECKS.get()
+    step = threading.Barrier(2, timeout=30)
+    seen: dict[str, list] = {"on": [], "off": []}
+    errors = []
+
+    def on_thread():  # enters first, leaves while the other thread is still inside its block
+        step.wait()
+        with gr.debug_nans():
+            step.wait()  # 1: entered
+            step.wait()  # 2: the other has entered too
+            seen["on"].append(_checks_on())
+            step.wait()  # 3
+        step.wait()  # 4: left, the other still inside
+        seen["on"].append(_checks_on())
+        step.wait()  # 5: the other has left too
+        seen["on"].append(_checks_on())
+
+    def off_thread():  # enters after, leaves last
+        step.wait()
+        step.wait()  # 1: the other is inside debug_nans()
+        seen["off"].append(_checks_on())
+        with gr.debug_nans(False):
+            step.wait()  # 2: entered
+            step.wait()  # 3: the other checked
+            step.wait()  # 4: the other has left (with a shared stack it popped this thread's entry)
+            seen["off"].append(_checks_on())
+        step.wait()  # 5
+        seen["off"].append(_checks_on())
+
+    def guarded(fn):
+        def go():
+            try:
+                fn()
+            except BaseException as e:  # reported below; the barrier breaks for the other thread
+                errors.append(e)
+                step.abort()
+        return go
+
+    threads = [threading.Thread(target=guarded(f)) for f in (on_thread, off_thread)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert seen["on"] == [True, base, base]  # on inside its block although the other thread turned checks off
+    assert seen["off"] == [base, False, base]  # off while the other thread had them on, and after it left
+    assert NAN_CHECKS.get() == base  # this thread's setting untouched
+
+
+def test_a_shared_instance_in_two_threads():
+    checks, step, seen = gr.debug_nans(), threading.Barrier(2, timeout=30), []
+
+    def work():
+        with checks:
+            step.wait()  # both inside
+        step.wait()  # both left, in either order
+        seen.append(NAN_CHECKS.get())
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert seen == [NAN_CHECKS.get()] * 2 and checks._tokens == []
 
 
 def test_off_no_error_and_the_same_results():

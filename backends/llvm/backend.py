@@ -350,7 +350,7 @@ class LLVMCompiled:
     def __call__(self, *args):
         with self._lock:  # one arena and one slot table: calls from several Python threads take turns
             outs = self._run(args)
-        if NAN_CHECKS[-1]:  # gr.debug_nans: a NaN result is traced to its op on the NumPy reference
+        if NAN_CHECKS.get():  # gr.debug_nans: a NaN result is traced to its op on the NumPy reference
             check_outputs(self.graph, args, outs, run_reference)
         return outs
 
@@ -367,7 +367,7 @@ class LLVMCompiled:
             # (the callbacks ran inside _run; outputs that are inputs or copies are final only now)
             for pos in ready_after.get(len(steps), ()):
                 on_ready(pos, outs[pos])
-        if NAN_CHECKS[-1]:
+        if NAN_CHECKS.get():
             check_outputs(self.graph, args, outs, run_reference)
         return outs
 

@@ -281,7 +281,7 @@ class TritonCompiled:
     def __call__(self, *args):
         with self._lock:
             outs = self._run(args)
-        if NAN_CHECKS[-1]:  # gr.debug_nans: a NaN result is traced to its op on the NumPy reference
+        if NAN_CHECKS.get():  # gr.debug_nans: a NaN result is traced to its op on the NumPy reference
             check_outputs(self.graph, [torch_to_numpy(a) if is_torch(a) else a for a in args],
                           [torch_to_numpy(t) for t in outs], run_reference)
         return outs

@@ -9,40 +9,53 @@ generated code) checks its results and, when one holds a NaN, runs again on the 
 find the op that made it (as compiled runs that meet a bad index do). A NaN that came in through an input (an
 argument, a constant, a Tensor made outside the checks) is named as that input, not blamed on the op reading it.
 
-Off by default; off, each check is one list lookup per op or per program run. The setting is process-wide
-(JAX's is too); `debug_nans(False)` turns it off inside.
+Off by default; off, each check is one ContextVar lookup per op or per program run. The setting is per thread
+(and per asyncio task): a ContextVar, as JAX's context managers are thread-local, so entering or leaving
+`debug_nans` in one thread leaves the others' alone; GRADIR_DEBUG_NANS (read at import) is the setting every
+thread starts with. `debug_nans(False)` turns it off inside.
 """
 
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 
 import numpy as np
 
 from gradir.core import dtypes
 from gradir.core.errors import NonFiniteError
 
-NAN_CHECKS: list[bool] = [os.environ.get("GRADIR_DEBUG_NANS", "").lower() not in ("", "0", "false", "off", "no")]
-"""Whether NaN checks are on: the innermost `debug_nans` setting last (the first entry: GRADIR_DEBUG_NANS)."""
+NAN_CHECKS: ContextVar[bool] = ContextVar(
+    "gradir_debug_nans", default=os.environ.get("GRADIR_DEBUG_NANS", "").lower() not in ("", "0", "false", "off", "no"))
+"""Whether NaN checks are on in this thread / context (`NAN_CHECKS.get()`): the innermost `debug_nans` setting,
+else GRADIR_DEBUG_NANS as read at import."""
 
 
 class debug_nans:
     """``with gr.debug_nans():`` the first op, forward or backward, whose output holds a NaN raises
     `NonFiniteError` naming the op and the source line (a NaN that comes in through an input names the input).
     ``debug_nans(False)`` turns the checks off inside; leaving the block restores the setting around it.
-    GRADIR_DEBUG_NANS=1 turns them on for the whole process."""
+    The setting is the current thread's (context's): other threads keep theirs. GRADIR_DEBUG_NANS=1 turns them
+    on for every thread, outside any block."""
 
-    __slots__ = ("enabled",)
+    __slots__ = ("enabled", "_tokens")
 
     def __init__(self, enabled: bool = True):
         self.enabled = bool(enabled)
+        self._tokens: list = []  # one per entry not yet left (an instance may be re-entered, or shared by threads)
 
     def __enter__(self):
-        NAN_CHECKS.append(self.enabled)
+        self._tokens.append(NAN_CHECKS.set(self.enabled))
         return self
 
     def __exit__(self, *exc):
-        NAN_CHECKS.pop()
+        for k in range(len(self._tokens) - 1, -1, -1):  # the latest entry made in this context (normally the last)
+            try:
+                NAN_CHECKS.reset(self._tokens[k])
+            except ValueError:  # entered in another thread's context
+                continue
+            del self._tokens[k]
+            return
 
     def __repr__(self) -> str:
         return f"debug_nans({self.enabled})"
@@ -134,3 +147,11 @@ def nan_in_backward(op: str, source: str | None, g, cts, targets, saved: dict, i
     i, c = bad[0]
     raise NonFiniteError(f"its backward produced NaN ({_count(c)}) in the gradient of operand {i}, from a "
                          "gradient and saved values without NaN", op=op, source=source)
+
+
+def nan_at_leaf(leaf, g, nodes) -> NonFiniteError:
+    """The error for a leaf Tensor whose gradient in Tensor.backward(), the sum of what tape `nodes` sent it
+    (each checked: none holds NaN), adds up to NaN: the `add` of the last one made it."""
+    uses = ", ".join(f"`{n.op}`" + (f" (at {n.source})" if n.source else "") for n in nodes)
+    return NonFiniteError(f"in backward, the gradients leaf tensor {leaf.type_str} receives from its uses add up "
+                          f"to NaN ({_count(g)}; inf + -inf), from {uses}", op="add", source=nodes[-1].source)

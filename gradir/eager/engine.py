@@ -20,7 +20,7 @@ import numpy as np
 from gradir.backends import run
 from gradir.core import dtypes
 from gradir.core.errors import ExecutionError, FreedGraphError, GradirError, ShapeError, VersionError
-from gradir.core.nan_check import NAN_CHECKS, debug_nans, nan_in_backward
+from gradir.core.nan_check import NAN_CHECKS, debug_nans, holds_nan, nan_at_leaf, nan_in_backward
 from gradir.core.seed import check_implied_seed
 from gradir.core.trace import EagerOperand, inline, source_of, user_source
 from gradir.eager.grad_mode import enable_grad, no_grad
@@ -66,8 +66,9 @@ def _walk(nodes: list[Node], root: Node, seed, create_graph: bool, tensor: type[
     gradient) for every leaf that requires grad and every retained non-leaf (zeros where no gradient
     arrived, as `gr.grad` gives), and the retained nodes. `tensor`: the class of saved values with create_graph."""
     pending: dict[Node, object] = {root: seed}
-    leaves: dict[int, list] = {}  # id(leaf) -> [leaf, gradient or None], in order of appearance
+    leaves: dict[int, list] = {}  # id(leaf) -> [leaf, gradient or None(, its senders: debug_nans)], in order
     out, retained = [], set()
+    checking = NAN_CHECKS.get() and not create_graph  # gr.debug_nans (with create_graph, the eager ops check)
     for n in reversed(nodes):
         g = pending.pop(n, None)
         t = n.retained() if n.retained is not None else None
@@ -80,8 +81,8 @@ def _walk(nodes: list[Node], root: Node, seed, create_graph: bool, tensor: type[
         if g is None:
             continue
         rule = n.rule
-        if NAN_CHECKS[-1] and not create_graph:  # gr.debug_nans: the node's cotangents, checked here as a whole
-            with debug_nans(False):
+        if checking:  # gr.debug_nans: the node's cotangents, checked here as a whole
+            with debug_nans(False):  # this thread's setting, restored after
                 cts = _node_vjp(n, rule, g, create_graph, tensor)
             nan_in_backward(n.op, n.source, g, cts, rule.targets, {i: s.array for i, (s, _) in n.saved.items()},
                             n is root)
@@ -94,8 +95,17 @@ def _walk(nodes: list[Node], root: Node, seed, create_graph: bool, tensor: type[
                 pending[h] = c if prev is None else prev + c
             else:  # a leaf that requires grad
                 entry = leaves[id(h)]
-                entry[1] = c if entry[1] is None else entry[1] + c
-    for leaf, g in leaves.values():
+                if entry[1] is None:
+                    entry[1] = c
+                    if checking:
+                        entry.append([n])  # the nodes whose gradients this leaf received, for nan_at_leaf
+                else:
+                    entry[1] = entry[1] + c
+                    if checking:  # gr.debug_nans: each addend was checked; their sum can still be inf + -inf
+                        entry[2].append(n)
+                        if holds_nan(entry[1]):
+                            raise nan_at_leaf(h, entry[1], entry[2])
+    for leaf, g, *_ in leaves.values():
         out.append((leaf, g if g is not None else np.zeros(leaf.shape, leaf.dtype)))
     return out, retained
 
