@@ -56,9 +56,9 @@ SEEDS_200K = {SEED: (2.0728, 2.1144), 1: (2.0730, 2.1114), 2: (2.0704, 2.1137), 
 COURSE = {"params_64": "4,137", "params_200": "12,297", "vanishing": "~0"}
 
 
-def course(key: str, reason: str | None = None) -> str:
-    """'  (the course: X)' beside a figure equal to the course's, '  (the course: X; reason)' where it differs."""
-    return f"  (the course: {COURSE[key]}{'; ' + reason if reason else ''})"
+def the_course(figure: str, reason: str = "") -> str:
+    """The course's figure, to append to the line of ours; a reason where ours differs or is a bound."""
+    return f"  (the course: {figure}{'; ' + reason if reason else ''})"
 
 
 def reference_200k_line() -> str:
@@ -421,7 +421,7 @@ def report(f: dict) -> None:
     """Sections 1-3: the data, the cmp tables and BatchNorm's directions."""
     print(f"1. names.txt: {f['vocab']} symbols, examples train/val/test {f['data']['train']}/{f['data']['val']}/"
           f"{f['data']['test']}\n   MLP block {BLOCK}, n_embd {N_EMBD}, n_hidden 64: {f['n_params']:,} parameters"
-          + course("params_64"))
+          + the_course(COURSE["params_64"]))
     print(f"   batch of {BATCH}: loss {f['loss']:.6f} (NumPy), {f['autodiff_loss']:.6f} (gradir)")
     print("2. " + str(f["table"]).rstrip())
     print("   exact: the hand-written gradient equals gradir's bit for bit; approximate: np.allclose (rtol 1e-5,")
@@ -432,21 +432,21 @@ def report(f: dict) -> None:
     b = f["bn_directions"]
     print("   BatchNorm's output does not move when a column of hprebn is shifted, or (at eps = 0) scaled, so dhprebn")
     print("   has no component along those directions; with eps > 0 the scaling one is small but not 0:")
-    print(f"   column sums of dhprebn (shift direction): max |.| {b['sum_dx']:.1e}{course('vanishing')}  "
+    print(f"   column sums of dhprebn (shift direction): max |.| {b['sum_dx']:.1e}{the_course(COURSE['vanishing'])}  "
           f"(max |dhprebn| {b['dx_scale']:.1e})")
     print(f"   column sums of dhprebn*xhat: max |.| {b['sum_dx_xhat']:.1e}  (the course: {COURSE['vanishing']}; so it is "
           f"at eps = 0, below; with eps = {EPS:g}")
     print(f"     this direction keeps eps/(var+eps) of its size: predicted rstd*sum(g*xhat)*eps/(var+eps) max "
           f"{b['sum_dx_xhat_predicted_max']:.1e}, |diff| {b['sum_dx_xhat_predicted_maxdiff']:.1e})")
     print(f"   with eps = 0: column sums {b['eps0_sum_dx']:.1e}, of dhprebn*xhat {b['eps0_sum_dx_xhat']:.1e}"
-          + course("vanishing"))
+          + the_course(COURSE["vanishing"]))
     print("   gradir's own gr.nn.cross_entropy and gr.nn.batch_norm, their fused VJP against the composed one:")
     print("   " + str(f["gradir_fused_vs_composed"]["table"]).rstrip())
 
 
 def report_training(t: dict) -> None:
     """Section 4's figures, after its training log."""
-    print(f"   {t['n_params']:,} parameters{course('params_200')}; mean batch loss, first {t['window']} steps "
+    print(f"   {t['n_params']:,} parameters{the_course(COURSE['params_200'])}; mean batch loss, first {t['window']} steps "
           f"{t['first_losses']:.4f}, "
           f"last {t['window']} {t['last_losses']:.4f}")
     print(f"   with running BatchNorm statistics: train {t['eval']['train']:.4f}, val {t['eval']['val']:.4f}")

@@ -53,6 +53,7 @@ from gradir.core.errors import ShapeError
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import f_makemore_backprop as F  # noqa: E402 - the model, the flattened forward and the hand backward (with its mistakes)
+from f_makemore_backprop import the_course  # noqa: E402 - the course's figure beside ours, one phrase
 
 N_HIDDEN = 64
 LR = 0.1
@@ -63,11 +64,6 @@ ROWS = [*reversed(F.STEPS[:-1]), *F.PARAMS]  # backward order, then the paramete
 # The course's figures (TEACHING.md, section J), printed beside ours
 COURSE = {"counts_sum_inv": "(32, 1)", "step": "a step within ~3%", "dlogprobs_sum": "-1.0", "row_sums": "~0",
           "max_grad": "~0", "factor": "a factor of 99"}
-
-
-def course(key: str, reason: str | None = None) -> str:
-    """'  (the course: X)' beside a figure equal to the course's, '  (the course: X; reason)' where it differs."""
-    return f"  (the course: {COURSE[key]}{'; ' + reason if reason else ''})"
 
 
 # -- the batch ----------------------------------------------------------------------------------------
@@ -214,7 +210,7 @@ def report(f: dict) -> None:
     print(format_table(f["right_rows"]))
 
     w = f["wrong_axis"]
-    print(f"\n1. wrong axis: counts_sum_inv is {f['v']['counts_sum_inv'].shape}{course('counts_sum_inv')}; "
+    print(f"\n1. wrong axis: counts_sum_inv is {f['v']['counts_sum_inv'].shape}{the_course(COURSE['counts_sum_inv'])}; "
           f"dcounts_sum_inv summed over axis 0 has shape {w['shapes']['counts_sum_inv']};")
     print(f"   broadcasting carries it on (dcounts_sum becomes {w['shapes']['counts_sum']}); cmp reports the shape "
           "mismatch at that row;\n   the table compares every row and marks the first one not exact:")
@@ -234,8 +230,8 @@ def report(f: dict) -> None:
     print(f"   the whole update differs from the right one by {b['step_rel_diff']:.2%} (cosine {b['step_cosine']:.6f}); "
           "per parameter: " + ", ".join(f"{k} {r:.2%}" for k, r in b["per_param_rel_diff"].items())
           + " (b1's gradient is ~1e-17 either way)")
-    print(f"   ours: at most {worst:.2%}, {'within' if worst < 0.03 else 'NOT within'} ~3%" + course(
-        "step", "that ~3% is dbndiff2's 1/32, above;\n     mixed with right terms downstream, the step moves less"))
+    print(f"   ours: at most {worst:.2%}, {'within' if worst < 0.03 else 'NOT within'} ~3%" + the_course(
+        COURSE["step"], "that ~3% is dbndiff2's 1/32, above;\n     mixed with right terms downstream, the step moves less"))
     print(f"   one SGD step (lr {LR}): loss {f['loss']:.6f} -> right step {b['loss_after_right']:.6f}, "
           f"wrong step {b['loss_after_wrong']:.6f} (a one-step check sees the loss fall either way)")
     print("   the per-intermediate table locates it:")
@@ -244,17 +240,18 @@ def report(f: dict) -> None:
     r = f["rulers"]
     print("\n4. rulers (gradir autodiff of the right forward):")
     print(f"   dlogprobs.sum() = {r['dlogprobs_sum_autodiff']!r} (hand: {r['dlogprobs_sum_hand']!r})"
-          f"{course('dlogprobs_sum')}: 32 entries of -1/32, a power of two, so exactly -1.0")
-    print(f"   rows of dlogits sum to at most {r['dlogits_row_sum_max']:.1e} in size{course('row_sums')}; entries up to "
-          f"{r['dlogits_scale']:.1e};\n     softmax sums to 1, the one-hot to 1")
+          f"{the_course(COURSE['dlogprobs_sum'])}: 32 entries of -1/32, a power of two, so exactly -1.0")
+    print(f"   rows of dlogits sum to at most {r['dlogits_row_sum_max']:.1e} in size{the_course(COURSE['row_sums'])}; "
+          f"entries up to {r['dlogits_scale']:.1e};\n     softmax sums to 1, the one-hot to 1")
     print(f"   gradient reaching the max subtracted for stability: at most {r['dlogit_maxes_max']:.1e}"
-          f"{course('max_grad')}; dnorm_logits up to {r['dnorm_logits_scale']:.1e};\n     the loss does not depend on it")
+          f"{the_course(COURSE['max_grad'])}; dnorm_logits up to {r['dnorm_logits_scale']:.1e};\n     "
+          "the loss does not depend on it")
     print(f"   the 1/p step: identical dlogprobs (-1/32) become dprobs = -1/(32 p); in this batch p at the target "
           f"runs from {r['batch_p_min']:.4f} to {r['batch_p_max']:.4f}, so dprobs differ by a factor "
           f"{r['batch_dprobs_ratio']:.1f}")
     print(f"   two examples, p = {r['pair_probs'][0]} and {r['pair_probs'][1]}: dlogprobs {r['pair_dlogprobs'].tolist()}"
           f" -> dprobs {np.round(r['pair_dprobs'], 6).tolist()},")
-    print(f"   a factor {r['pair_ratio']:.6f}{course('factor')}: the worse the guess, the harder the shove")
+    print(f"   a factor {r['pair_ratio']:.6f}{the_course(COURSE['factor'])}: the worse the guess, the harder the shove")
 
 
 if __name__ == "__main__":
