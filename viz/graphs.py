@@ -298,13 +298,13 @@ def _emit_clustered(dg: graphviz.Digraph, items: list[tuple[tuple[str, ...], Cal
 
 
 def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, saved: set[Value] = frozenset(),
-               output_role: Callable[[int], str] | None = None, collapse_repeats: bool | None = None
-               ) -> tuple[dict[Value, str], set[str]]:
+               output_role: Callable[[int], str] | None = None, collapse_repeats: bool | None = None,
+               boxes: dict[str, list[Value]] | None = None) -> tuple[dict[Value, str], set[str]]:
     """Draw `graph`'s values (clustered by scope) and operand edges into `dg`. Repeated top-level
     scopes (see `repeated_scopes`; unless `collapse_repeats` is False) are one box each (node id
     `<prefix>scope<k>`, all in one dot `group`: a chain of blocks stays one straight column), with
     one edge per pair of nodes values flow between. Returns each value's node id (a box's members:
-    the box's) and the legend kinds used."""
+    the box's) and the legend kinds used. `boxes`: `repeated_scopes(graph)` when the caller has it already."""
     ids = {v: f"{prefix}{graph.number(v)}" for v in graph.all_values()}
     lines = ir_lines(graph)
     outputs = set(graph.outputs)
@@ -316,7 +316,8 @@ def _add_graph(dg: graphviz.Digraph, graph: Graph, prefix: str, schedule=None, s
         step = {s.node: s.index for s in schedule.steps}
         deps = dict(schedule.initial_counts)
     users = graph.users()
-    boxes = {} if collapse_repeats is False else repeated_scopes(graph, users)
+    if boxes is None:
+        boxes = {} if collapse_repeats is False else repeated_scopes(graph, users)
     keys = scope_keys(graph, boxes)
     in_box = {v: name for name, vs in boxes.items() for v in vs}
     kinds: set[str] = set()
@@ -384,14 +385,14 @@ def graph_diagram(graph: Graph, *, schedule=None, title: str | None = None, lege
     `output_names`: what each output is (a backward program's gradients: `d w1`, ...).
     `collapse_repeats` (default: on; False: off) draws each top-level scope whose structure
     MIN_REPEATED_SCOPES or more scopes share as one box (see `repeated_scopes`, `_add_graph`)."""
-    boxes = 0 if collapse_repeats is False else len(repeated_scopes(graph))
+    boxes = {} if collapse_repeats is False else repeated_scopes(graph)
     dg = _new_digraph(graph.name, title or f"graph {graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes"
-                      + (f"; {boxes} repeated scopes as one box each" if boxes else ""))
+                      + (f"; {len(boxes)} repeated scopes as one box each" if boxes else ""))
     saved, role = set(), (output_names.__getitem__ if output_names else None)
     if saved_from is not None:
         saved = set(graph.outputs[saved_from:]) - set(graph.outputs[:saved_from])
         role = lambda i: f"output {i}" if i < saved_from else f"saved #{i - saved_from}"
-    _, kinds = _add_graph(dg, graph, "v", schedule, saved=saved, output_role=role, collapse_repeats=collapse_repeats)
+    _, kinds = _add_graph(dg, graph, "v", schedule, saved=saved, output_role=role, boxes=boxes)
     if legend:
         _legend(dg, kinds, schedule is not None)
     return dg

@@ -115,9 +115,6 @@ def regions(graph: Graph, max_regions: int | None = MAX_REGIONS, info: Info | No
     return {packed_name(part): [v for g in part for v in grp[g]] for part in pack(list(grp), max_regions)}
 
 
-_histogram = op_histogram
-
-
 # -- runs: repeated op sequences ---------------------------------------------------------------------
 
 
@@ -211,7 +208,7 @@ def _box_node(g, node_id: str, box: Box, info: Info, outputs: set[Value], kinds:
         rows = [f"{', '.join(v.op for v in motif)} × {box.repeats:,}", span,
                 ", ".join(dict.fromkeys(v.type_str for v in motif))]
     else:
-        rows = [f"{len(vs):,} values", _histogram(vs), span]
+        rows = [f"{len(vs):,} values", op_histogram(vs), span]
     steps = [info.step[v] for v in vs if v in info.step]
     if steps:
         rows.append(f"steps {min(steps):,}–{max(steps):,}")
@@ -219,7 +216,7 @@ def _box_node(g, node_id: str, box: Box, info: Info, outputs: set[Value], kinds:
     kind = _box_kind(vs, outputs)
     kinds.add(kind)
     g.node(node_id, **dict(STYLES[kind], label="{" + "|".join(_esc(r) for r in rows) + "}",
-                           tooltip=f"{len(vs):,} values: {_histogram(vs, 12)}\nsource: {sources or '-'}"))
+                           tooltip=f"{len(vs):,} values: {op_histogram(vs, 12)}\nsource: {sources or '-'}"))
 
 
 def _value_node(g, node_id: str, v: Value, info: Info, outputs: set[Value], kinds: set[str]):
@@ -359,12 +356,12 @@ def _add_overview(dg: graphviz.Digraph, graph: Graph, prefix: str, group_fn: Cal
         recomputed = sum(1 for v in vs if is_recomputed(v))
         has_out = any(v in outputs for v in vs)
         kind = "input" if g == INPUTS_GROUP else "output" if has_out else "recompute" if recomputed else "op"
-        rows = [g, f"{len(vs):,} {'inputs' if g == INPUTS_GROUP else 'values'}", _histogram(vs)]
+        rows = [g, f"{len(vs):,} {'inputs' if g == INPUTS_GROUP else 'values'}", op_histogram(vs)]
         if recomputed:
             rows.append(f"{recomputed:,} recomputed")
         sources = ", ".join(list(dict.fromkeys(v.source for v in vs if v.source))[:8])
         dg.node(ids[g], **dict(STYLES[kind], label="{" + "|".join(_esc(r) for r in rows) + "}",
-                               tooltip=f"{g}: {_histogram(vs, 20)}\nsource: {sources or '-'}"))
+                               tooltip=f"{g}: {op_histogram(vs, 20)}\nsource: {sources or '-'}"))
     flows: dict[tuple[str, str], set[Value]] = {}
     for n in graph.nodes:
         for i in n.inputs:
