@@ -198,6 +198,29 @@ def test_in_axes_as_a_pytree_prefix(rng):
     np.testing.assert_allclose(ours, (p["a"] * p["b"][:, None]).T)
 
 
+def test_dict_in_axes_and_out_axes_name_the_keys_in_any_order(rng):
+    """A dict in in_axes/out_axes matches the argument's (output's) keys as a set, as JAX's does: here listed in
+    the other order than the argument's and the output's."""
+    p = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    xs = rng.standard_normal((5, 4))
+
+    def f(p, x):
+        return {"y": gr.tanh(x * p["w"] + p["b"]), "s": gr.sum(x * p["b"])}
+
+    ours = gr.vmap(f, in_axes=({"b": None, "w": None}, 0), out_axes={"s": 0, "y": 1})(p, xs)
+    tp = {k: T(v) for k, v in p.items()}  # torch.func.vmap pairs dicts up by position: its dims in the tree's order
+    theirs = torch.func.vmap(lambda p, x: {"y": torch.tanh(x * p["w"] + p["b"]), "s": torch.sum(x * p["b"])},
+                             in_dims=({"w": None, "b": None}, 0), out_dims={"y": 1, "s": 0})(tp, T(xs))
+    assert list(ours) == ["y", "s"]
+    close(ours["y"], theirs["y"])
+    close(ours["s"], theirs["s"])
+    ws = rng.standard_normal((5, 3, 4))  # a mapped leaf: its axis is read from its own key, not by position
+    ours = gr.vmap(lambda p: p["w"] * p["b"], in_axes=({"b": None, "w": 0},))({"w": ws, "b": p["b"]})
+    np.testing.assert_allclose(ours, ws * p["b"])
+    with pytest.raises(gr.GradirError, match="does not match the structure"):
+        gr.vmap(lambda p: p["w"], in_axes=({"w": 0, "c": None},))(p)
+
+
 def test_shape_ops_indexing_and_concatenation(rng):
     x, idx, table = rng.standard_normal((4, 6)), rng.integers(-6, 6, (4, 3)), rng.standard_normal((6, 5))
 

@@ -30,7 +30,7 @@ def _is_axis(spec) -> bool:
 
 def spec_leaves(spec, tree: TreeDef, what: str, where: str) -> list:
     """One axis (or None) per leaf of `tree`: an int/None covers a whole subtree, a container matches the
-    tree's container of the same kind (a pytree prefix, as JAX's in_axes)."""
+    tree's container of the same kind (a pytree prefix, as JAX's in_axes; a dict names the same keys, in any order)."""
     if _is_axis(spec):
         return [None if spec is None else int(spec)] * tree.num_leaves
     kind = "tuple" if isinstance(spec, tuple) else "list" if isinstance(spec, list) else "dict" if isinstance(spec, dict) \
@@ -38,10 +38,10 @@ def spec_leaves(spec, tree: TreeDef, what: str, where: str) -> list:
     if kind is None:
         raise GradirError(f"{what} entries must be ints, None or containers of them, got {spec!r} for {where}",
                           op="vmap", source=user_source())
-    if tree.kind != kind or len(spec) != len(tree.children) or (kind == "dict" and tuple(spec) != tree.keys):
+    if tree.kind != kind or len(spec) != len(tree.children) or (kind == "dict" and set(spec) != set(tree.keys)):
         raise GradirError(f"{what} {spec!r} does not match the structure of {where} (give an int or None for the "
                           "whole of it, or a container like it)", op="vmap", source=user_source())
-    children = spec.values() if kind == "dict" else spec
+    children = [spec[k] for k in tree.keys] if kind == "dict" else spec  # a dict's keys in any order, as JAX's
     keys = tree.keys if kind == "dict" else range(len(spec))
     return [d for s, c, k in zip(children, tree.children, keys) for d in spec_leaves(s, c, what, f"{where}[{k!r}]")]
 
