@@ -2,6 +2,7 @@
 was before the layered layout (issue 20) and must stay. A name added or removed on purpose is added or removed here.
 Each namespace offers `dir()` and tab completion its `__all__` only, not its imports (issue 24, item 4)."""
 
+import ast
 import importlib
 import pathlib
 import types
@@ -152,6 +153,24 @@ def test_every_public_module_lists_its_api_in_all(module):
     star: dict = {}
     exec(f"from {module} import *", star)  # noqa: S102 - what a star import gives is the list
     assert set(star) - {"__builtins__"} == set(m.__all__)
+
+
+def test_every_op_the_library_re_exports_is_in_its_modules_all():
+    """gr.acos, gr.zeros, ...: each name gradir/ops/__init__.py imports from one of its modules (by name, or all of
+    a module's __all__) is in that module's __all__ too, so the module's star import, dir() and reference page offer
+    it; and gradir.ops.__all__ is built from those imports only."""
+    ops = importlib.import_module("gradir.ops")
+    source = {}  # re-exported name -> the module it is imported from
+    for node in ast.parse(pathlib.Path(ops.__file__).read_text()).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gradir.ops."):
+            m = importlib.import_module(node.module)
+            for alias in node.names:
+                names = m.__all__ if alias.name == "*" else [alias.name]
+                source.update((n, m) for n in names)
+                unlisted = [n for n in names if n not in m.__all__]
+                assert not unlisted, f"{node.module} does not list {unlisted} in __all__"
+    assert set(ops.__all__) <= set(source)
+    assert all(getattr(ops, n) is getattr(source[n], n) for n in ops.__all__)
 
 
 @pytest.mark.parametrize("name", ["", "nn", "optim", "amp", "distributed", "checks", "dtypes", "errors", "linalg"])

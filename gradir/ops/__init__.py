@@ -4,181 +4,40 @@ Layer rule: imports gradir.util, gradir.core and itself. Inside: lifting, shapes
 creation, special, indexing, linalg, decompositions, linalg_namespace (gr.linalg), update, scans, arrange,
 index_writes, conv, methods, nn (each imports only modules before it)."""
 
-from gradir.ops import linalg_namespace, methods, nn  # noqa: F401 - gr.linalg (registers the decompositions), gr.nn
-from gradir.ops.arrange import diag, diag_embed, diagonal, flip, hstack, linalg_trace, meshgrid, rot90, vstack
-from gradir.ops.creation import arange, full, ones, zeros
-from gradir.ops.elementwise import (
-    abs,
-    add,
-    ceil,
-    clamp,
-    clip,
-    cos,
-    divide,
-    equal,
-    erf,
-    exp,
-    expm1,
-    floor,
-    greater,
-    greater_equal,
-    imag,
-    isfinite,
-    less,
-    less_equal,
-    log,
-    log1p,
-    logical_and,
-    logical_not,
-    logical_or,
-    maximum,
-    minimum,
-    multiply,
-    negative,
-    not_equal,
-    power,
-    real,
-    relu,
-    remainder,
-    round,
-    rsqrt,
-    sigmoid,
-    sign,
-    sin,
-    sqrt,
-    square,
-    stop_gradient,
-    subtract,
-    tan,
-    tanh,
-    where,
+from gradir.ops import (  # noqa: F401 - gr.linalg (registers the decompositions), gr.nn
+    arrange,
+    creation,
+    elementwise,
+    index_writes,
+    indexing,
+    linalg_namespace,
+    methods,
+    nn,
+    reductions,
+    scans,
+    shapes,
+    special,
 )
-from gradir.ops.index_writes import (
-    index_add,
-    index_copy,
-    index_fill,
-    index_put,
-    masked_scatter,
-    scatter_reduce,
-    select_scatter,
-    slice_scatter,
-)
-from gradir.ops.indexing import (
-    argsort,
-    gather,
-    getitem,
-    masked_fill,
-    one_hot,
-    repeat,
-    scatter,
-    scatter_add,
-    sort,
-    take,
-    topk,
-    tril,
-    triu,
-)
+from gradir.ops.arrange import *  # noqa: F403 - these modules' __all__ are the op library's names (see __all__ below)
+from gradir.ops.creation import *  # noqa: F403
+from gradir.ops.elementwise import *  # noqa: F403
+from gradir.ops.index_writes import *  # noqa: F403
+from gradir.ops.indexing import *  # noqa: F403
 from gradir.ops.lifting import astype
 from gradir.ops.linalg import addmm, baddbmm, cross, dot, einsum, inner, kron, matmul, tensordot
-from gradir.ops.reductions import argmax, argmin, cumsum, logsumexp, max, mean, min, norm, prod, std, sum, var
-from gradir.ops.scans import (
-    count_nonzero,
-    cummax,
-    cummin,
-    cumprod,
-    diff,
-    kthvalue,
-    logcumsumexp,
-    median,
-    nanmean,
-    nansum,
-    quantile,
-)
-from gradir.ops.shapes import (
-    broadcast_to,
-    concatenate,
-    expand_dims,
-    outer,
-    pad,
-    reshape,
-    roll,
-    split,
-    squeeze,
-    stack,
-    swapaxes,
-    tile,
-    transpose,
-)
-from gradir.ops.special import (
-    acos,
-    acosh,
-    addcdiv,
-    addcmul,
-    all,
-    any,
-    arccos,
-    arccosh,
-    arcsin,
-    arcsinh,
-    arctan,
-    arctan2,
-    arctanh,
-    asin,
-    asinh,
-    atan,
-    atan2,
-    atanh,
-    clone,
-    copy,
-    cosh,
-    digamma,
-    erfc,
-    erfinv,
-    exp2,
-    floor_divide,
-    fmod,
-    full_like,
-    isinf,
-    isnan,
-    lerp,
-    lgamma,
-    log2,
-    log10,
-    logaddexp,
-    logit,
-    nan_to_num,
-    ones_like,
-    polygamma,
-    sinh,
-    trunc,
-    xlogy,
-    zeros_like,
-)
+from gradir.ops.reductions import *  # noqa: F403
+from gradir.ops.scans import *  # noqa: F403
+from gradir.ops.shapes import *  # noqa: F403
+from gradir.ops.special import *  # noqa: F403
 from gradir.ops.update import setitem  # noqa: F401 - x[idx] = v as a pure op; registers its primitives
 
 methods.attach()  # Value's operators and NumPy-like methods
 
+# The op library, each name written once, in its module's __all__: all of nine modules' lists, and the few ops of
+# lifting.py and linalg.py that are public (their other names are helpers; linalg's matrix_transpose is gr.linalg's).
+# gr re-exports this list (tests/test_public_api.py pins it).
 __all__ = [
-    "abs", "add", "arange", "argmax", "argmin", "astype", "broadcast_to", "concatenate", "cos", "divide", "dot",
-    "equal", "erf", "exp", "expand_dims", "full", "getitem", "greater", "greater_equal", "imag", "isfinite", "less",
-    "less_equal", "log", "logical_and", "logical_not", "logical_or", "logsumexp", "matmul", "max", "maximum", "mean",
-    "min", "minimum", "multiply", "negative", "not_equal", "one_hot", "ones", "pad", "power", "real",
-    "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "sin", "split", "sqrt", "square", "squeeze", "stack",
-    "std", "stop_gradient", "subtract", "sum", "swapaxes", "take", "tanh", "transpose", "var", "where",
-    "zeros",
-    # issue 10: the op library PyTorch models need
-    "argsort", "ceil", "clamp", "clip", "cumsum", "einsum", "expm1", "floor", "gather", "log1p", "masked_fill", "norm",
-    "outer", "prod", "repeat", "roll", "round", "scatter", "scatter_add", "sort", "tan", "tile", "topk", "tril", "triu",
-    # issue 21: scans, order statistics, diagonals, stacking and index writes (scans.py, arrange.py, index_writes.py)
-    "count_nonzero", "cummax", "cummin", "cumprod", "diag", "diag_embed", "diagonal", "diff", "flip", "hstack",
-    "index_add", "index_copy", "index_fill", "index_put", "kthvalue", "linalg_trace", "logcumsumexp", "masked_scatter",
-    "median", "meshgrid", "nanmean", "nansum", "quantile", "rot90", "scatter_reduce", "select_scatter",
-    "slice_scatter", "vstack",
-    # issue 21: elementwise math, logic and creation (gradir/ops/special.py; addmm, baddbmm in linalg.py)
-    "acos", "acosh", "addcdiv", "addcmul", "addmm", "all", "any", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
-    "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "baddbmm", "clone", "copy", "cosh", "digamma",
-    "erfc", "erfinv", "exp2", "floor_divide", "fmod", "full_like", "isinf", "isnan", "lerp", "lgamma", "log2", "log10",
-    "logaddexp", "logit", "nan_to_num", "ones_like", "polygamma", "sinh", "trunc", "xlogy", "zeros_like",
-    # issue 21: linear algebra (linalg.py; the decompositions are gr.linalg's, decompositions.py)
-    "cross", "inner", "kron", "tensordot",
+    *arrange.__all__, *creation.__all__, *elementwise.__all__, *index_writes.__all__, *indexing.__all__,
+    *reductions.__all__, *scans.__all__, *shapes.__all__, *special.__all__,
+    "astype", "addmm", "baddbmm", "cross", "dot", "einsum", "inner", "kron", "matmul", "tensordot",
 ]

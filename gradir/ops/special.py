@@ -51,9 +51,10 @@ from gradir.ops.elementwise import (
 from gradir.ops.lifting import astype, lift, lift_all, normalize_axes, to_numpy
 from gradir.ops.reductions import sum as sum_
 
-__all__ = ["addcdiv", "addcmul", "all", "any", "arctan2", "arctanh", "atan2", "atanh", "clone", "copy", "cosh", "exp2",
-           "full_like", "isinf", "isnan", "lerp", "logaddexp", "logit", "nan_to_num", "ones_like", "polygamma", "sinh", "trunc",
-           "xlogy", "zeros_like"]
+__all__ = ["acos", "acosh", "addcdiv", "addcmul", "all", "any", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2",
+           "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "clone", "copy", "cosh", "digamma", "erfc", "erfinv", "exp2",
+           "floor_divide", "fmod", "full_like", "isinf", "isnan", "lerp", "lgamma", "log10", "log2", "logaddexp", "logit",
+           "nan_to_num", "ones_like", "polygamma", "sinh", "trunc", "xlogy", "zeros_like"]
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
@@ -341,3 +342,9 @@ def polygamma(n, x):
     if n == 0:
         return digamma(x)
     return _polygamma(full(x.shape, int(n), x.dtype), x)
+
+
+# the ops elementwise.py's unary/binary made here belong to this module (help(), pickling, the docs' reference page)
+for _op in (log2, log10, arcsin, arccos, arctan, arcsinh, arccosh, fmod, floor_divide, erfc, erfinv, digamma, lgamma):
+    _op.__module__ = __name__
+del _op
