@@ -1,6 +1,7 @@
 """Each batching rule against a Python loop over the examples: every operand batched at its first or last axis or
-not at all, for the primitives whose rules rewrite more than axes (matmul, gathers and scatters, scans, indexed
-writes, convolution windows, the linalg ops) and for a composite batched through its decomposition."""
+not at all (integer indices differ between examples), for the primitives whose rules rewrite more than axes
+(matmul, gathers and scatters, scans, indexed writes, convolution windows, the linalg ops) and for a composite
+batched through its decomposition."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gradir.core.trace import building
 from gradir.passes.batching import batch_graph
 
 B = 3
+N = 5  # every integer operand below indexes an axis of N: in [-N, N), and batched it stays there (_batched)
 rng = np.random.default_rng(0)
 SPD = (lambda a: a @ a.T + 4 * np.eye(4))(rng.standard_normal((4, 4)))
 
@@ -30,6 +32,9 @@ CASES = {  # name: (function of one example, example arguments)
               [rng.standard_normal((3, 4))]),
     "index_copy": (lambda x, i, v: gr.index_copy(x, 1, i, v),
                    [rng.standard_normal((2, 5)), np.array([3, 0]), rng.standard_normal((2, 2))]),
+    "scatter_reduce": (lambda x, i, s: (gr.scatter_reduce(x, 1, i, s, "amax"),  # index_reduce's loop rule
+                                        gr.scatter_reduce(x, 1, i, s, "prod", include_self=False)),
+                       [rng.standard_normal((2, 5)), rng.integers(0, 5, (2, 3)), rng.standard_normal((2, 3))]),
     "setitem": (lambda x, v: gr.ops.update.setitem(x, (slice(1, 3), 0), v),
                 [rng.standard_normal((4, 2)), rng.standard_normal(2)]),
     "conv2d": (lambda x, w: gr.nn.conv2d(x, w, padding=1, stride=2),
@@ -43,8 +48,14 @@ CASES = {  # name: (function of one example, example arguments)
 
 
 def _batched(x, axis):
-    """B different examples stacked along `axis` (example b: x scaled and shifted by b, integers kept)."""
-    xs = [x if x.dtype.kind in "iub" else x * (1 + 0.1 * b) + 0.01 * b for b in range(B)]
+    """B different examples stacked along `axis`: example b is x scaled and shifted by b, or for integer indices
+    x + b wrapped into [0, N) (negative entries into [-N, 0)), so that each example gathers or writes at other
+    positions (a rule that read example 0's indices for all would fail) and indices distinct in x stay distinct."""
+    if x.dtype.kind in "iu":
+        assert ((-N <= x) & (x < N)).all(), "an integer operand indexes an axis of N"
+        xs = [np.where(x < 0, (x + b) % N - N, (x + b) % N) for b in range(B)]
+    else:
+        xs = [x * (1 + 0.1 * b) + 0.01 * b for b in range(B)]
     return np.stack(xs, axis=axis)
 
 
