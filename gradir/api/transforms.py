@@ -330,8 +330,8 @@ class Compiled:
         name = name.rpartition("<locals>.")[2]  # `Model.step`, not `main.<locals>.Model.step`
         policy = f", policy={self.policy!r}" if self.policy != "engine" else ""
         sigs = []
-        for key, (graph, _) in self._cache.items():
-            shapes = ", ".join(f"{dtypes.short(v.dtype)}[{','.join(map(str, v.shape))}]" for v in graph.inputs)
+        for key, (graph, _) in list(self._cache.items()):  # a copy: a compile in another thread may add an entry
+            shapes = ", ".join(v.type_str for v in graph.inputs)
             static = key[-1] if isinstance(key, tuple) and isinstance(key[-1], tuple) else ()  # keyword constants
             names = [kv[0] for kv in static if isinstance(kv, tuple) and len(kv) == 2 and isinstance(kv[0], str)]
             sigs.append(f"({shapes}{''.join(f', {k}=...' for k in names)})")
