@@ -1,7 +1,7 @@
 """The command line checks before it works (issue 24, item 3): --backend, --segments and output paths fail before the
 first line of output (an output file's missing folder is an error, never created); flags read `--viz / --no-viz`
 in help, no `<bool>`; `--viz` on every command that traces; the command list's help texts are whole sentences;
-a torch model file whose model() returns the class says so."""
+a torch model file whose model() returns the class says so; Ctrl-C before the output folder is checked exits 130."""
 
 from __future__ import annotations
 
@@ -51,6 +51,16 @@ def test_an_output_file_in_a_missing_folder_is_an_error_not_created(tmp_path, co
     assert result.exit_code == 2 and result.stdout == ""
     assert f"cannot write --output {target}: its folder {target.parent} does not exist" in result.stderr
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("command", ["schedule", "saved", "memory"])
+def test_ctrl_c_before_the_output_folder_is_checked_exits_130_saying_nothing_was_written(monkeypatch, command):
+    def interrupt(*args, **kwargs):  # Ctrl-C while the first option is checked: no output folder yet
+        raise KeyboardInterrupt
+    monkeypatch.setattr("gradir.cli.app.check_output_file", interrupt)
+    result = run(command, TANH)
+    assert result.exit_code == 130 and isinstance(result.exception, SystemExit), result.exception
+    assert result.stdout == "" and result.stderr.strip() == "gradir: interrupted; nothing was written"
 
 
 def test_schedule_plot_path_and_format_are_checked_before_any_output(tmp_path):

@@ -150,7 +150,7 @@ def test_ctrl_c_keeps_the_finished_steps(tmp_path):
 
     ck = tmp_path / "run.npz"
     partial = gr.train(mlp_loss, params, StandInSGD(0.1), interrupted, steps=10, checkpoint=ck, progress=False,
-                       backend="numpy", plot=tmp_path / "run.svg")  # returns the partial run: no traceback
+                       backend="numpy", plot=tmp_path / "run.svg", on_interrupt="return")  # the partial run
     assert partial.interrupted and partial.step == 6 and len(partial.losses) == 6
     assert partial.note == f"interrupted at step 6; checkpoint {ck} holds it (resume=True continues from there)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.npz", "run.svg"]  # no temporary files

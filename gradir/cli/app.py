@@ -515,7 +515,8 @@ def _write_outputs(console: Console, j, t: Target, folder: Path | None, ir: bool
 
 
 def _interrupted(folder: Path | None, files: OutputFolder | None = None):
-    """Ctrl-C: say what was and was not written, exit 130."""
+    """Ctrl-C: say what was and was not written, exit 130. `folder` is None when the run stopped before its
+    output folder was checked (or it has none)."""
     if files is None or not files.written:
         where = f" into {folder} (an earlier run's files there are untouched)" if folder is not None else ""
         typer.echo(f"gradir: interrupted; nothing was written{where}", err=True)
@@ -564,6 +565,7 @@ def _report_command(file, fn, argnums, policy, fmt, what: str, remat: Remat | No
     `buckets` (bytes), the data-parallel bucket plan after it; then the IR files (--out) and diagrams (--viz).
     Every option and output path is checked before the work."""
     error = check_format(fmt)
+    folder = None  # the output folder, once checked: a Ctrl-C before then has written nothing anywhere
     try:
         if error:
             raise CLIError(error)

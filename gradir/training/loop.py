@@ -15,8 +15,10 @@ the loss history holds (k, loss) and the evaluation history (k, value) for the p
 Every path and option is checked before the first step: a checkpoint or plot whose folder is missing or not
 writable, an optimizer factory passed uncalled (`gr.optim.adam` for `gr.optim.adam(lr=...)`), a bad step count
 all fail at once with a GradirError naming what is wrong. Ctrl-C stops after the last finished step, saves the
-checkpoint and plot, and returns that partial TrainResult (`result.interrupted`, `result.note`); a finished run
-rerun says "nothing to train" and what its checkpoint holds.
+checkpoint and plot, prints where they are and how to resume, and ends the program with no traceback
+(`SystemExit(130)`); `on_interrupt="return"` returns that partial TrainResult instead (`result.interrupted`,
+`result.note`), `"raise"` raises the KeyboardInterrupt again. A finished run rerun says "nothing to train" and
+what its checkpoint holds (it only reads the checkpoint, which may then lie in a read-only place).
 
 Checkpoints are one `.npz` file (params, optimizer state, step, loss and evaluation histories, and the pytree
 structure with every leaf's dtype, so they reload as they were), written atomically: a reader, a crash or a
@@ -56,6 +58,7 @@ from gradir.util.pytree import TreeDef, tree_flatten_with_path, tree_unflatten
 FORMAT = "gradir.train checkpoint"
 VERSION = 1
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+ON_INTERRUPT = ("exit", "return", "raise")  # what gr.train does on Ctrl-C, once it has saved the steps done
 MAX_POINTS = 2000  # loss points a plot draws; longer histories are drawn per bin of steps
 # evaluation names drawn on the plot's second y axis (a score, not a loss): a name containing one of these words
 METRIC_WORDS = ("acc", "accuracy", "precision", "recall", "f1", "auc", "score", "iou", "bleu", "top1", "top5")
@@ -428,7 +431,7 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
           eval_fn: Callable | None = None, eval_every: int | None = None,
           checkpoint: str | os.PathLike | None = None, checkpoint_every: int | None = None, resume: bool = True,
           plot: str | os.PathLike | None = None, progress: bool = True, compile: bool = True,
-          backend: str = "llvm") -> TrainResult:
+          backend: str = "llvm", on_interrupt: str = "exit") -> TrainResult:
     """Train `params` to lower `loss(params, *batch)` with the optimizer `opt` for `steps` steps.
 
     batches: a function `step -> batch` (resuming is then exact: step k gets the same batch after a resume),
@@ -438,7 +441,8 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         last step), shown above the progress bar and recorded in `result.evals` as (step, value).
     checkpoint: a `.npz` path written every `checkpoint_every` steps (default: only at the end), at the end,
         and on Ctrl-C (the last finished step), always atomically; its folder must exist and be writable
-        (checked before the first step). With `resume=True` an existing checkpoint
+        (checked before the first step; a finished checkpoint that trains nothing is only read, so it may
+        lie in a read-only place). With `resume=True` an existing checkpoint
         there is loaded and training continues from its step, histories included; `resume=False` starts over
         (and overwrites it). A checkpoint that cannot be read, or whose parameters or optimizer state have
         another structure or shapes, raises CheckpointError naming the file. A checkpoint already at `steps`
@@ -450,8 +454,14 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
     compile / backend: the step `(params, state, *batch) -> (loss, params, state)` is one `gr.compile`d
         program (`train_step`), compiled once; compile=False runs it eagerly.
 
-    Ctrl-C stops after the last finished step, saves the checkpoint and plot, and returns the partial
-    TrainResult (`interrupted=True`, its `note` printed with the progress bar) instead of raising.
+    on_interrupt: what Ctrl-C does once the run has stopped after its last finished step, saved the checkpoint
+        and plot, and printed its note (where they are, how to resume; printed even with progress=False when
+        the program ends):
+        "exit" (default; PyTorch Lightning's Trainer ends the program too): no traceback, `SystemExit(130)`
+            (128 + SIGINT, the shell's code for Ctrl-C), so a script that trains several times stops at once;
+        "return": return the partial TrainResult (`interrupted=True`, `note`), for notebooks and sweeps that
+            want it (a loop of calls then goes on with the next one);
+        "raise": raise the KeyboardInterrupt again, for a caller that handles it.
 
     Returns a TrainResult: params, state (optimizer), step, losses [(step, loss)], evals, checkpoint, plot, note.
     """
@@ -463,10 +473,16 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "steps" else 1)):
             raise GradirError(f"{name} must be a {'non-negative' if name == 'steps' else 'positive'} integer, got {v!r}",
                               op="train")
+    if on_interrupt not in ON_INTERRUPT:
+        raise GradirError(f"on_interrupt must be one of {', '.join(map(repr, ON_INTERRUPT))}, got {on_interrupt!r}",
+                          op="train")
     _check_optimizer(opt)
-    # before training, not after an hour of it
+    # before training, not after an hour of it (the plot is written even when there is nothing to train)
     plot_path = _check_writable(_check_plot_path(plot), "plot") if plot is not None else None
-    ck_path = _check_writable(checkpoint, "checkpoint") if checkpoint is not None else None
+    ck_path = Path(checkpoint) if checkpoint is not None else None
+    loading = ck_path is not None and resume and ck_path.is_file()
+    if ck_path is not None and not loading:  # to be written; one to load is checked once steps remain to train
+        _check_writable(ck_path, "checkpoint")
 
     state = opt.init(params)
     if ck_path is not None:  # a pytree that cannot be saved fails now, not at the first checkpoint
@@ -485,6 +501,7 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
         changed = _optimizer_change(ck, opt)
         if steps is not None and ck.step == steps:  # finished: no progress bar stuck at "400/400 loss -"
             return _nothing_to_train(ck, params, state, steps, changed, plot_path, progress, t_start)
+        _check_writable(ck_path, "checkpoint")  # steps remain: their checkpoints will be written here
 
     step_fn = train_step(loss, opt, compile=compile, backend=backend)
     if as_function:
@@ -530,7 +547,7 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
             evals.append((k, _eval_value(eval_fn(params))))  # an iterable of unknown length: evaluate at its end
             bar.print(f"step {k}: eval {_eval_text(evals[-1][1])}")
         save(k)
-    except KeyboardInterrupt:  # the user stopped the run: keep what it did and return it, no traceback
+    except KeyboardInterrupt:  # the user stopped the run: keep what it did, say so, then act as on_interrupt asks
         bar.stop()
         interrupted = True
         del losses[first + k - start:]
@@ -540,7 +557,14 @@ def train(loss: Callable, params, opt, batches: Iterable | Callable[[int], Any],
                 else "no checkpoint holds it (pass checkpoint= to continue later)" if k > start
                 else "no step had finished")
         notes.append(f"interrupted at step {k}; {kept}")
-        bar.print(notes[-1])
+        if bar.bar is not None:
+            bar.print(notes[-1])
+        elif on_interrupt == "exit":  # the program ends here: its last word says where the steps done are
+            Console(stderr=True).print(notes[-1], markup=False, highlight=False, soft_wrap=True)
+        if on_interrupt == "raise":
+            raise
+        if on_interrupt == "exit":
+            raise SystemExit(130) from None  # 128 + SIGINT; SystemExit prints no traceback
     finally:
         bar.stop()
     if k > start and not interrupted:
