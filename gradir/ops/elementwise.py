@@ -266,6 +266,7 @@ def divide(x, y):
 
 
 def square(x):
+    """x * x elementwise (numpy.square): one multiply, so its gradient is the product rule's 2 x."""
     return multiply(x, x)
 
 
