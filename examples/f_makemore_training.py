@@ -35,11 +35,11 @@ import gradir as gr
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from f_makemore_backprop import (  # noqa: E402 - the model, data and hand-written backward of the companion example
+    COURSE,
     DEFAULT_DATA,
     EPS,
     SEED,
     backward_by_hand,
-    course,
     evaluate,
     forward_np,
     init_params,
@@ -47,6 +47,7 @@ from f_makemore_backprop import (  # noqa: E402 - the model, data and hand-writt
     reference_200k_line,
     sample_batch,
     splits,
+    the_course,
 )
 
 MOMENTUM = 0.001  # of the running BatchNorm statistics
@@ -125,8 +126,8 @@ def main(argv=None) -> dict:
     f = train(data, vocab, args.steps, backend=args.backend, log_every=(max(1, args.steps // 10) if verbose else 0),
               seed=args.seed)
     if verbose:
-        print(f"makemore MLP, {f['n_params']:,} parameters{course('params_200')}, {f['steps']:,} steps of one compiled "
-              f"training step ({args.backend}): {f['seconds']:.1f} s, {f['steps'] / f['seconds']:,.0f} steps/s")
+        print(f"makemore MLP, {f['n_params']:,} parameters{the_course(COURSE['params_200'])}, {f['steps']:,} steps of one "
+              f"compiled training step ({args.backend}): {f['seconds']:.1f} s, {f['steps'] / f['seconds']:,.0f} steps/s")
         print(f"   first update vs the hand-written backward: max |difference| {f['first_update_vs_hand']:.1e}")
         print(f"   batch loss: first {f['window']} steps {f['first_losses']:.4f}, last {f['window']} {f['last_losses']:.4f}")
         print(f"   with the running BatchNorm statistics: train {f['eval']['train']:.4f}, val {f['eval']['val']:.4f}"
